@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine:
+#   make reproduce   set up the pinned environment, then run the full replication
+#   make test        set up the same environment, then run the tests
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CORES ?= all
+SNAKEMAKE_ARGS ?=
+
+.PHONY: env reproduce test lint report clean-env
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $@
+
+env: $(VENV)/.installed
+
+reproduce: env
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html
+
+test: env
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
+
+lint: env
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+
+report: env
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,42 @@
+"""Rule heroes_scores: gradient magnitude G and causal importance C (mean and zero
+ablation) per component, on the same saved OOD data. One job, so that the bridge is
+booted once per model (importing TransformerLens costs ~10 s)."""
+
+import numpy as np
+import pandas as pd
+
+from selfrepair import attribution, heroes, interventions, models, runtime
+from selfrepair import components as C
+from selfrepair.tasks.sequences import Batch
+
+smk = snakemake  # noqa: F821
+device = runtime.start(smk)
+p = smk.params
+data = runtime.load_tensors(smk.input.batches)
+g_cols = ["component", "G", "G_sd", "n_batches", "normalization", "status"]
+c_cols = ["component", "mode", "baseline_acc", "ablated_acc", "C", "C_se", "n"]
+if data["status"] != "kept":
+    pd.DataFrame(columns=g_cols).to_csv(smk.output.gradients, index=False)
+    pd.DataFrame(columns=c_cols).to_csv(smk.output.ablations, index=False)
+else:
+    bridge = models.load_bridge(smk.input.model, device)
+    comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+    nb = data["tokens"].shape[0]
+    batches = [Batch(data["tokens"][i], data["targets"][i], data["mask"][i]).to(device) for i in range(nb)]
+    norms = attribution.gradient_norms(bridge, batches, comps, heroes.lm_loss, p.normalization)
+    rows = [
+        {
+            "component": c.name,
+            "G": float(np.mean(norms[c.name])),
+            "G_sd": float(np.std(norms[c.name], ddof=1)) if nb > 1 else float("nan"),
+            "n_batches": nb,
+            "normalization": p.normalization,
+            "status": "kept",
+        }
+        for c in comps
+    ]
+    pd.DataFrame(rows, columns=g_cols).to_csv(smk.output.gradients, index=False)
+    fresh = Batch(data["eval_tokens"], data["eval_targets"], data["eval_mask"]).to(device)
+    means = interventions.component_means(bridge, [b.tokens for b in batches], comps)
+    tables = [heroes.causal_scores(bridge, fresh, comps, mode, means) for mode in ("mean", "zero")]
+    pd.concat(tables)[c_cols].to_csv(smk.output.ablations, index=False)

@@ -1,0 +1,192 @@
+"""Paper A: gradient magnitude G vs causal importance C on sequence tasks.
+
+Exact-match accuracy needs one forward pass per batch: greedy decoding reproduces the
+whole target iff, under teacher forcing, the argmax at every target position is the
+target token (each correct step feeds the decoder exactly the teacher-forced prefix).
+That holds for an ablated model too, since the ablations here are causal.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import interventions
+from .components import Component
+from .tasks import sequences as S
+from .train import masked_lm_loss
+
+
+def exact_match(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Bool [B]: every target position's argmax equals its target token."""
+    ok = (logits.argmax(-1) == targets) | ~mask
+    return ok.all(-1)
+
+
+def forward_logits(model, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of a bridge (called on tokens) or of a Hugging Face model."""
+    if hasattr(model, "run_with_hooks"):
+        return model(tokens)
+    return model(input_ids=tokens).logits
+
+
+def correct(model, batch: S.Batch, chunk: int = 2048) -> torch.Tensor:
+    """Per-sequence exact match, batched in chunks of ``chunk`` sequences."""
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(batch), chunk):
+            sl = slice(i, i + chunk)
+            logits = forward_logits(model, batch.tokens[sl])
+            out.append(exact_match(logits, batch.targets[sl], batch.mask[sl]))
+    return torch.cat(out)
+
+
+def greedy_decode_correct(model, task: str, values: torch.Tensor) -> bool:
+    """Reference: decode one sequence token by token (the original protocol)."""
+    n = values.shape[-1]
+    prompt = torch.cat([torch.tensor([S.START]), values, torch.tensor([S.SEP])])
+    seq = prompt[None]
+    with torch.no_grad():
+        for _ in range(n + 1):
+            nxt = forward_logits(model, seq)[0, -1].argmax()
+            seq = torch.cat([seq, nxt.view(1, 1)], dim=1)
+    target = torch.cat([S.solve(task, values[None])[0], torch.tensor([S.END])])
+    return bool((seq[0, n + 2 :] == target).all())
+
+
+def id_accuracy(model, task: str, min_len: int, max_len: int, n: int, seed: int, padding: str = "per_batch") -> float:
+    """In-distribution exact match: ``n`` sequences per length (per_batch), or ``n`` padded
+    batches' worth of examples of mixed lengths (per_example), as the model was trained."""
+    if padding == "per_batch":
+        accs = [correct(model, S.eval_set(task, length, n, seed + length)).float().mean().item() for length in range(min_len, max_len + 1)]
+        return float(np.mean(accs))
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g).tolist()
+    return correct(model, S.make_padded_batch(task, lengths, g)).float().mean().item()
+
+
+def select_ood_length(acc_by_length: dict[int, float], lengths: Sequence[int], window: Sequence[float]) -> int | None:
+    """The first length whose accuracy lies in the closed window [lo, hi], else None."""
+    lo, hi = window
+    for n in lengths:
+        a = acc_by_length[n]
+        if lo <= a <= hi:
+            return int(n)
+    return None
+
+
+def ood_accuracies(model, task: str, lengths: Sequence[int], n: int, seed: int) -> dict[int, float]:
+    return {int(L): correct(model, S.eval_set(task, L, n, seed + 1000 * L)).float().mean().item() for L in lengths}
+
+
+def lm_loss(logits: torch.Tensor, batch: S.Batch) -> torch.Tensor:
+    return masked_lm_loss(logits, batch.targets, batch.mask)
+
+
+def ablation_correct(
+    bridge,
+    batch: S.Batch,
+    sets: Sequence[Sequence[Component]],
+    mode: str,
+    means: dict | None,
+    max_rows: int = 8192,
+) -> torch.Tensor:
+    """Bool [len(sets), B]: exact match of every sequence with each set ablated."""
+    rows = interventions.run_ablated(
+        bridge,
+        batch.tokens,
+        sets,
+        mode=mode,
+        means=means,
+        reduce=lambda lg: exact_match(lg, batch.targets, batch.mask),
+        max_rows=max_rows,
+    )
+    return torch.stack(rows)
+
+
+def causal_scores(bridge, batch: S.Batch, components: Sequence[Component], mode: str, means: dict | None) -> pd.DataFrame:
+    """C = baseline accuracy - accuracy with the component ablated, with its paired SE."""
+    res = ablation_correct(bridge, batch, [[]] + [[c] for c in components], mode, means).float()
+    base = res[0]
+    rows = []
+    n = base.numel()
+    for c, r in zip(components, res[1:]):
+        diff = base - r
+        se = float(diff.std(unbiased=True) / math.sqrt(n)) if n > 1 else float("nan")
+        rows.append(
+            {
+                "component": c.name,
+                "mode": mode,
+                "baseline_acc": float(base.mean()),
+                "ablated_acc": float(r.mean()),
+                "C": float(diff.mean()),
+                "C_se": se,
+                "n": n,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def joint_vs_individual(bridge, batch: S.Batch, group: Sequence[Component], mode: str, means: dict | None) -> dict:
+    """Ablate every member alone and all at once: drops (baseline - ablated accuracy).
+
+    superadditivity = joint drop / sum of individual drops (NaN when the sum is 0).
+    """
+    if not group:
+        return {"n": 0, "sum_individual": float("nan"), "joint": float("nan"), "mean_individual": float("nan"), "superadditivity": float("nan")}
+    res = ablation_correct(bridge, batch, [[]] + [[c] for c in group] + [list(group)], mode, means).float().mean(1)
+    base = float(res[0])
+    ind = [base - float(x) for x in res[1:-1]]
+    joint = base - float(res[-1])
+    total = float(sum(ind))
+    return {
+        "n": len(group),
+        "baseline_acc": base,
+        "sum_individual": total,
+        "mean_individual": total / len(group),
+        "joint": joint,
+        "superadditivity": joint / total if total > 0 else float("nan"),
+    }
+
+
+def pruning_curve(bridge, batch: S.Batch, order: Sequence[Component], mode: str, means: dict | None) -> list[float]:
+    """Accuracy after ablating the first k components of ``order``, k = 0..len(order)."""
+    sets = [list(order[:k]) for k in range(len(order) + 1)]
+    return ablation_correct(bridge, batch, sets, mode, means).float().mean(1).tolist()
+
+
+def attention_stats(bridge, tokens: torch.Tensor, n_layers: int, n_heads: int) -> pd.DataFrame:
+    """Per head: mean attention entropy (nats), mean attention to position 0 (the START
+    token, a sink), and the mean distance |query - argmax key| over query positions >= 1."""
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layers)]
+    with torch.no_grad():
+        _, cache = bridge.run_with_cache(tokens, names_filter=lambda n: n in names)
+    rows = []
+    t = tokens.shape[1]
+    q = torch.arange(t)
+    for layer in range(n_layers):
+        pat = cache[names[layer]].float()  # [B, H, Tq, Tk]
+        ent = -(pat.clamp_min(1e-12).log() * pat).sum(-1)  # [B, H, Tq]
+        for h in range(n_heads):
+            p = pat[:, h, 1:, :]
+            rows.append(
+                {
+                    "component": f"L{layer}H{h}",
+                    "entropy": float(ent[:, h, 1:].mean()),
+                    "sink_mass": float(p[..., 0].mean()),
+                    "argmax_distance": float((q[1:] - p.argmax(-1)).abs().float().mean()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def mean_attention_pattern(bridge, tokens: torch.Tensor, layer: int, head: int) -> np.ndarray:
+    """Attention pattern [T, T] of one head, averaged over the batch."""
+    name = f"blocks.{layer}.attn.hook_pattern"
+    with torch.no_grad():
+        _, cache = bridge.run_with_cache(tokens, names_filter=lambda n: n == name)
+    return cache[name][:, head].float().mean(0).numpy()

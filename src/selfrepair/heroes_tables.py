@@ -1,0 +1,194 @@
+"""Paper A's aggregate tables, each a pure function of the per-seed tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import analysis
+from .published import Holds, NotRun
+
+
+def seeds_table(roles: pd.DataFrame, ood: list[dict], train: list[dict], redundancy: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, seed): status, N, training, rho, role counts, joint drops."""
+    rows = []
+    for info, tr in zip(ood, train):
+        task, seed = info["task"], info["seed"]
+        r = roles[(roles["task"] == task) & (roles["seed"] == seed)]
+        row = {
+            "task": task,
+            "seed": seed,
+            "status": info["status"],
+            "reason": info.get("reason", ""),
+            "N": info["N"],
+            "ood_accuracy": info["accuracy_by_length"].get(str(info["N"])) if info["N"] else np.nan,
+            "train_steps": tr["steps"],
+            "reached_target": tr["reached_target"],
+            "id_accuracy": tr["id_accuracy"],
+            "padding": tr["protocol"]["padding"],
+            "init": tr["protocol"]["init"],
+        }
+        if info["status"] == "kept":
+            row.update(
+                rho=analysis.spearman(r["G"], r["C"]),
+                rho_mean=analysis.spearman(r["G"], r["C_mean"]),
+                rho_zero=analysis.spearman(r["G"], r["C_zero"]),
+                n_heroes=int((r["role"] == "hero").sum()),
+                n_bloats=int((r["role"] == "bloat").sum()),
+                baseline_acc=float(r["baseline_acc"].iloc[0]),
+            )
+            red = redundancy[(redundancy["task"] == task) & (redundancy["seed"] == seed)].set_index("group")
+            for g in ("hero", "bloat"):
+                if g in red.index and red.loc[g, "n"] > 0:
+                    row[f"{g}_joint_drop"] = float(red.loc[g, "joint"])
+                    row[f"{g}_mean_individual_drop"] = float(red.loc[g, "mean_individual"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rho_summary(seeds: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for task, s in seeds.groupby("task", sort=False):
+        kept = s[s["status"] == "kept"]
+        for col in ("rho", "rho_mean", "rho_zero"):
+            vals = kept[col].dropna().tolist() if col in kept else []
+            mean, sd, n = analysis.mean_sd(vals)
+            lo, hi = analysis.bootstrap_ci(vals)
+            rows.append({"task": task, "measure": col, "mean": mean, "sd": sd, "n_kept": n, "n_seeds": len(s), "ci_lo": lo, "ci_hi": hi})
+    return pd.DataFrame(rows)
+
+
+def roles_by_layer(roles: pd.DataFrame, thresholds) -> pd.DataFrame:
+    kept = roles[roles["status"] == "kept"]
+    rows = []
+    for t in thresholds:
+        col = f"role_t{t:g}"
+        for (task, layer), s in kept.groupby(["task", "layer"], sort=False):
+            rows.append({"task": task, "threshold": t, "layer": int(layer), "hero": int((s[col] == "hero").sum()), "bloat": int((s[col] == "bloat").sum()), "aligned": int((s[col] == "aligned").sum())})
+    return pd.DataFrame(rows)
+
+
+def role_stability(roles: pd.DataFrame) -> pd.DataFrame:
+    kept = roles[roles["status"] == "kept"]
+    rows = []
+    for (task, comp), s in kept.groupby(["task", "component"], sort=False):
+        rows.append({"task": task, "component": comp, "layer": int(s["layer"].iloc[0]), "hero": int((s["role"] == "hero").sum()), "bloat": int((s["role"] == "bloat").sum()), "aligned": int((s["role"] == "aligned").sum()), "n_seeds": len(s)})
+    return pd.DataFrame(rows)
+
+
+def gradient_by_layer(roles: pd.DataFrame) -> pd.DataFrame:
+    kept = roles[roles["status"] == "kept"]
+    return kept.groupby(["task", "layer"], sort=False).agg(G_mean=("G", "mean"), C_mean=("C", "mean"), n=("G", "size")).reset_index()
+
+
+def redundancy_summary(redundancy: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (task, group), s in redundancy[redundancy["n"] > 0].groupby(["task", "group"], sort=False):
+        joint = s["joint"].astype(float)
+        mi = s["mean_individual"].astype(float)
+        si = s["sum_individual"].astype(float)
+        rows.append(
+            {
+                "task": task,
+                "group": group,
+                "n_seeds": len(s),
+                "members_mean": float(s["n"].mean()),
+                "mean_individual_drop": float(mi.mean()),
+                "sum_individual_drop": float(si.mean()),
+                "joint_drop": float(joint.mean()),
+                "joint_drop_sd": float(joint.std(ddof=1)) if len(s) > 1 else np.nan,
+                "joint_over_sum": float(joint.sum() / si.sum()) if si.sum() > 0 else np.nan,
+                "joint_over_mean_individual": float(joint.mean() / mi.mean()) if mi.mean() > 0 else np.nan,
+                "superadditive_seeds": int((joint > si).sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFrame, stability: pd.DataFrame, grad_layer: pd.DataFrame, red: pd.DataFrame, attention: pd.DataFrame, threshold: float, thresholds) -> dict:
+    """Map claim ids of config/published.yaml (section heroes) to measured values."""
+    out: dict = {}
+
+    for task in ("reverse", "sort"):
+        r = rho[(rho["task"] == task) & (rho["measure"] == "rho")]
+        if r.empty or r["n_kept"].iloc[0] == 0:
+            out[f"rho_{task}"] = NotRun(f"no kept seed for {task}")
+            continue
+        r = r.iloc[0]
+        out[f"rho_{task}"] = (
+            float(r["mean"]),
+            f"sd {r['sd']:.2f}, 95% CI [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], {int(r['n_kept'])} kept seeds of {int(r['n_seeds'])}",
+        )
+    for seed, cid in ((456, "rho_sort_seed456"), (2020, "rho_sort_seed2020")):
+        s = seeds[(seeds["task"] == "sort") & (seeds["seed"] == seed)]
+        if s.empty:
+            out[cid] = NotRun(f"seed {seed} not in this run's config")
+        elif s["status"].iloc[0] != "kept":
+            out[cid] = NotRun(f"seed {seed} skipped: {s['reason'].iloc[0]}")
+        else:
+            out[cid] = float(s["rho"].iloc[0])
+    bl = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == threshold)].set_index("layer")
+    if bl.empty:
+        out["sort_layer1_bloats"] = out["sort_layer3_heroes"] = NotRun("no kept sorting seed")
+    else:
+        n_kept = int((seeds[(seeds["task"] == "sort")]["status"] == "kept").sum())
+        note = f"{n_kept} kept sorting seeds, threshold {threshold:g}"
+        out["sort_layer1_bloats"] = (float(bl["bloat"].get(1, 0)), note)
+        out["sort_layer3_heroes"] = (float(bl["hero"].get(3, 0)), note)
+        checks = []
+        for t in thresholds:
+            b = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == t)].set_index("layer")
+            top_bloat = int(b["bloat"].idxmax()) if b["bloat"].sum() else None
+            top_hero = int(b["hero"].idxmax()) if b["hero"].sum() else None
+            checks.append((t, top_bloat, top_hero))
+        holds = all(tb == 1 and th == 3 for _, tb, th in checks)
+        out["sort_layer_pattern_thresholds"] = Holds(holds, "; ".join(f"t={t:g}: most bloats in layer {tb}, most heroes in layer {th}" for t, tb, th in checks))
+    st = stability[stability["task"] == "sort"].set_index("component")
+    if st.empty:
+        for cid in ("sort_L3H3_hero", "sort_L1H1_bloat", "sort_L1H3_bloat"):
+            out[cid] = NotRun("no kept sorting seed")
+    else:
+        def frac(comp, col):
+            if comp not in st.index:
+                return NotRun(f"{comp} not in this model")
+            r = st.loc[comp]
+            return (float(r[col]) / float(r["n_seeds"]) * 10, f"{int(r[col])}/{int(r['n_seeds'])} kept seeds, scaled to 10")
+
+        out["sort_L3H3_hero"] = frac("L3H3", "hero")
+        out["sort_L1H1_bloat"] = frac("L1H1", "bloat")
+        out["sort_L1H3_bloat"] = frac("L1H3", "bloat")
+    rs = red.set_index(["task", "group"]) if not red.empty else None
+
+    def red_of(task, group, col, scale=100.0, sign=1.0):
+        if rs is None or (task, group) not in rs.index:
+            return NotRun(f"no {'heroes' if group == 'hero' else 'bloats'} found in kept {task} seeds")
+        r = rs.loc[(task, group)]
+        note = f"{int(r['n_seeds'])} seeds with {'heroes' if group == 'hero' else 'bloats'}"
+        if col == "joint_drop" and r["n_seeds"] > 1:
+            note += f", sd {scale * float(r['joint_drop_sd']):.1f}"
+        return (sign * scale * float(r[col]), note)
+
+    out["bloat_individual_drop_pct"] = red_of("sort", "bloat", "mean_individual_drop")
+    out["bloat_joint_drop_pct"] = red_of("sort", "bloat", "joint_drop")
+    out["bloat_superadditivity"] = red_of("sort", "bloat", "joint_over_mean_individual", scale=1.0)
+    out["bloat_ablation_pct"] = red_of("sort", "bloat", "joint_drop", sign=-1.0)
+    out["hero_ablation_reverse_pct"] = red_of("reverse", "hero", "joint_drop", sign=-1.0)
+    gl = grad_layer[grad_layer["task"] == "sort"].set_index("layer")
+    if gl.empty:
+        out["sort_grad_layer1"] = out["sort_grad_layer3"] = NotRun("no kept sorting seed")
+    else:
+        out["sort_grad_layer1"] = float(gl.loc[1, "G_mean"]) if 1 in gl.index else NotRun("no layer 1")
+        out["sort_grad_layer3"] = float(gl.loc[3, "G_mean"]) if 3 in gl.index else NotRun("no layer 3")
+    att = attention.dropna(subset=["role"])
+    h = att[att["role"] == "hero"]
+    b = att[att["role"] == "bloat"]
+    if h.empty or b.empty:
+        out["attention_hero_vs_bloat"] = NotRun("no hero or no bloat head in kept seeds")
+    else:
+        holds = h["entropy"].mean() < b["entropy"].mean()
+        out["attention_hero_vs_bloat"] = Holds(
+            bool(holds),
+            f"mean attention entropy heroes {h['entropy'].mean():.3f} vs bloats {b['entropy'].mean():.3f} nats; "
+            f"sink mass {h['sink_mass'].mean():.3f} vs {b['sink_mass'].mean():.3f} ({len(h)} hero, {len(b)} bloat heads)",
+        )
+    return out

@@ -1,0 +1,188 @@
+"""Every model is a Hugging Face ``transformers`` model; analysis goes through one door.
+
+Toy models are small configurations of real architectures, trained from scratch and
+saved with ``save_pretrained`` (safetensors). ``load_bridge`` boots any local model
+folder (or a name in the local Hugging Face cache) through TransformerLens 4's
+``TransformerBridge.boot_transformers`` with the hub switched off, the same path that
+loads GPT-2 or Llama.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+class ModelNotFound(FileNotFoundError):
+    """Weights of a requested model are not on this machine."""
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A checkpoint exists but cannot be read."""
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', not {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but CUDA is not available here")
+    return device
+
+
+def gpt2_toy_config(
+    vocab_size: int,
+    n_layers: int = 4,
+    n_heads: int = 4,
+    d_model: int = 128,
+    d_mlp: int = 512,
+    n_ctx: int = 64,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+):
+    """GPT-2 configuration of paper A's model: exact GELU, no dropout, untied unembedding."""
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=n_ctx,
+        n_embd=d_model,
+        n_layer=n_layers,
+        n_head=n_heads,
+        n_inner=d_mlp,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=False,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+    )
+
+
+def _torch_default_init(model: nn.Module) -> None:
+    """PyTorch's default initialization, as the authors' plain-PyTorch code gets it.
+
+    Linear-like weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (what
+    ``nn.Linear.reset_parameters`` gives); embeddings N(0, 1); LayerNorm 1 and 0.
+    GPT-2's ``Conv1D`` stores weights as [in, out], so fan_in is its first dimension.
+    """
+    from transformers.pytorch_utils import Conv1D
+
+    for mod in model.modules():
+        if isinstance(mod, Conv1D):
+            bound = 1.0 / math.sqrt(mod.weight.shape[0])
+            nn.init.uniform_(mod.weight, -bound, bound)
+            nn.init.uniform_(mod.bias, -bound, bound)
+        elif isinstance(mod, nn.Linear):
+            mod.reset_parameters()
+        elif isinstance(mod, nn.Embedding):
+            nn.init.normal_(mod.weight, 0.0, 1.0)
+        elif isinstance(mod, nn.LayerNorm):
+            mod.reset_parameters()
+
+
+def build_gpt2_toy(config, init: str = "transformers", seed: int = 0, positional: bool = False):
+    """A freshly initialized GPT-2 LM.
+
+    ``init``: ``transformers`` (GPT-2's own N(0, 0.02) scheme) or ``torch`` (PyTorch
+    defaults, the authors' code). ``positional=False`` zeroes the position table and
+    freezes it, so position reaches the model only through the causal mask.
+    """
+    from transformers import GPT2LMHeadModel
+
+    if init not in ("transformers", "torch"):
+        raise ValueError(f"init must be 'transformers' or 'torch', not {init!r}")
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(config)
+    if init == "torch":
+        torch.manual_seed(seed)
+        _torch_default_init(model)
+    if not positional:
+        with torch.no_grad():
+            model.transformer.wpe.weight.zero_()
+        model.transformer.wpe.weight.requires_grad_(False)
+    return model
+
+
+def save_model(model, folder: str | Path, meta: dict | None = None) -> None:
+    """``save_pretrained`` (safetensors) plus an optional ``selfrepair.json`` of metadata."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    if meta is not None:
+        (folder / "selfrepair.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise ModelNotFound(f"model folder not found: {folder}")
+    if not (folder / "config.json").exists():
+        raise CorruptCheckpoint(f"{folder} has no config.json: not a saved model")
+    weights = list(folder.glob("*.safetensors")) + list(folder.glob("*.bin"))
+    if not weights:
+        raise CorruptCheckpoint(f"{folder} holds no weights (*.safetensors)")
+
+
+def load_hf(folder: str | Path, device: str = "cpu"):
+    """The Hugging Face model saved in ``folder``, with clear errors when absent or broken."""
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    _check_folder(folder)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    except Exception as err:  # safetensors raises several types for a damaged file
+        raise CorruptCheckpoint(f"cannot load the checkpoint in {folder}: {err}") from err
+    return model.to(device).eval()
+
+
+def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> Path:
+    """A local folder for a model: an existing path, a folder under ``search_paths``, or
+    the Hugging Face cache's snapshot. Never downloads; ModelNotFound otherwise."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        return p
+    for base in search_paths or []:
+        q = Path(base).expanduser() / name_or_path
+        if q.is_dir():
+            return q
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name_or_path, local_files_only=True))
+    except Exception as err:
+        where = ", ".join([str(p)] + [str(Path(b) / name_or_path) for b in search_paths or []])
+        raise ModelNotFound(
+            f"weights not found for {name_or_path!r} (looked at {where} and the local Hugging "
+            f"Face cache; nothing is downloaded): {type(err).__name__}"
+        ) from err
+
+
+def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None):
+    """Boot a local model through ``TransformerBridge.boot_transformers``, offline."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    folder = resolve_local(str(folder_or_name), search_paths)
+    _check_folder(folder)
+    hf = load_hf(folder, device)
+    try:
+        bridge = TransformerBridge.boot_transformers(str(folder), device=device, hf_model=hf)
+    except Exception as err:
+        raise CorruptCheckpoint(f"TransformerBridge cannot boot {folder}: {err}") from err
+    bridge.eval()
+    return bridge
+
+
+def read_meta(folder: str | Path) -> dict:
+    f = Path(folder) / "selfrepair.json"
+    return json.loads(f.read_text()) if f.exists() else {}

@@ -1,0 +1,1 @@
+"""Data generators, each deterministic from a seed."""

@@ -1,0 +1,21 @@
+# Published vs reproduced: one table per paper, merged; strict mode fails on "differs".
+
+
+rule published_summary:
+    input:
+        expand("results/published/{paper}.csv", paper=PAPERS),
+    output:
+        csv=report(
+            "results/published/summary.csv",
+            caption="../report/published.rst",
+            category="Published vs reproduced",
+        ),
+    log:
+        "logs/published_summary.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        strict=config["strict"],
+        code=code_hash("published"),
+    script:
+        "../../scripts/published_summary.py"
