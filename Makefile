@@ -37,3 +37,10 @@ report: env
 
 clean-env:
 	rm -rf $(VENV)
+
+envs/selfrepair.yaml: requirements.lock
+	{ echo "# Mirrors requirements.lock exactly (regenerate with: make envs/selfrepair.yaml)."; \
+	  echo "# Used only with snakemake --sdm conda; the default set-up is the pip lock."; \
+	  echo "name: selfrepair"; echo "channels: [conda-forge]"; echo "dependencies:"; \
+	  echo "  - python=3.11"; echo "  - pip"; echo "  - pip:"; \
+	  sed 's/^/      - /' requirements.lock; echo "      - -e ../"; } > $@

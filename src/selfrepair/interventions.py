@@ -84,19 +84,27 @@ def make_hooks(
                 m = mlp_masks.setdefault(c.hook, torch.zeros(k))
                 m[i] = 1.0
 
-    def head_hook(x, hook):
-        m = head_masks[hook.name]
-        h = x.shape[2]
-        if m.shape[1] < h:
-            m = torch.cat([m, torch.zeros(k, h - m.shape[1])], 1)
-        m = m.to(x.device, x.dtype).repeat_interleave(batch_size, 0)[:, None, :, None]
-        return x * (1 - m) + m * _replacement(hook.name, x, mode, means)
+    # Hooks are bound to the name asked for: the bridge reports aliases (hook_z is
+    # attn.o.hook_in) as hook.name.
+    def head_hook(name):
+        def fn(x, hook):
+            m = head_masks[name]
+            h = x.shape[2]
+            if m.shape[1] < h:
+                m = torch.cat([m, torch.zeros(k, h - m.shape[1])], 1)
+            m = m.to(x.device, x.dtype).repeat_interleave(batch_size, 0)[:, None, :, None]
+            return x * (1 - m) + m * _replacement(name, x, mode, means)
 
-    def mlp_hook(x, hook):
-        m = mlp_masks[hook.name].to(x.device, x.dtype).repeat_interleave(batch_size, 0)[:, None, None]
-        return x * (1 - m) + m * _replacement(hook.name, x, mode, means)
+        return fn
 
-    return [(h, head_hook) for h in head_masks] + [(h, mlp_hook) for h in mlp_masks]
+    def mlp_hook(name):
+        def fn(x, hook):
+            m = mlp_masks[name].to(x.device, x.dtype).repeat_interleave(batch_size, 0)[:, None, None]
+            return x * (1 - m) + m * _replacement(name, x, mode, means)
+
+        return fn
+
+    return [(h, head_hook(h)) for h in head_masks] + [(h, mlp_hook(h)) for h in mlp_masks]
 
 
 def run_ablated(

@@ -2,10 +2,41 @@
 import hashlib
 from pathlib import Path
 
+import jsonschema
+import yaml
 from snakemake.utils import validate
 
+SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
 
-validate(config, "../schemas/config.schema.yaml")
+
+def check_config(section, schema_name, where):
+    """Validate one config section; every error names its key, before any job starts.
+
+    Then snakemake's validate() fills in the schema's defaults.
+    """
+    schema = yaml.safe_load((SCHEMAS / schema_name).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(
+        validator.iter_errors(section), key=lambda e: [str(p) for p in e.path]
+    )
+    if errors:
+        lines = []
+        for e in errors:
+            key = (
+                ".".join([where] + [str(p) for p in e.path])
+                if where
+                else ".".join(str(p) for p in e.path)
+            )
+            lines.append(f"  {key or '(top level)'}: {e.message}")
+        raise WorkflowError("invalid config:\n" + "\n".join(lines))
+    validate(section, str(SCHEMAS / schema_name))
+
+
+check_config(config, "config.schema.yaml", "")
+for _paper in ("heroes", "coax", "gim"):
+    if (SCHEMAS / f"{_paper}.schema.yaml").exists():
+        config.setdefault(_paper, {})
+        check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
 
 SRC = Path(workflow.basedir) / "src" / "selfrepair"
 PAPERS = list(config["papers"])
@@ -38,3 +69,14 @@ def all_targets():
         out.extend(TARGETS.get(p, []))
     out.append("results/published/summary.csv")
     return out
+
+
+def heroes_per_seed(name):
+    """Paper A: one file per (task, seed) of the config."""
+    h = config["heroes"]
+    return expand(
+        "results/heroes/{task}/seed{seed}/{name}",
+        task=h["tasks"],
+        seed=h["seeds"],
+        name=name,
+    )

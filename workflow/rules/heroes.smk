@@ -5,9 +5,21 @@
 # -> results/heroes/tables/*.csv -> results/heroes/figures/*.{png,pdf}
 
 
-validate(config["heroes"], "../schemas/heroes.schema.yaml")
-
 HEROES = config["heroes"]
+if HEROES["train"]["min_len"] > HEROES["train"]["max_len"]:
+    raise WorkflowError(
+        f"invalid config: heroes.train.min_len ({HEROES['train']['min_len']}) "
+        f"> heroes.train.max_len ({HEROES['train']['max_len']})"
+    )
+if HEROES["ood"]["window"][0] > HEROES["ood"]["window"][1]:
+    raise WorkflowError(
+        f"invalid config: heroes.ood.window {HEROES['ood']['window']} is empty"
+    )
+if min(HEROES["ood"]["lengths"]) <= HEROES["train"]["max_len"]:
+    raise WorkflowError(
+        f"invalid config: heroes.ood.lengths {HEROES['ood']['lengths']} must all exceed "
+        f"heroes.train.max_len ({HEROES['train']['max_len']}): they are out of distribution"
+    )
 H_TASKS = HEROES["tasks"]
 H_SEEDS = HEROES["seeds"]
 H_SEED_DIR = "results/heroes/{task}/seed{seed}"
@@ -32,10 +44,6 @@ H_FIGURES = [
 wildcard_constraints:
     task="|".join(H_TASKS),
     seed=r"\d+",
-
-
-def h_per_seed(pattern):
-    return expand(f"{H_SEED_DIR}/{pattern}", task=H_TASKS, seed=H_SEEDS)
 
 
 register(
@@ -132,6 +140,7 @@ rule heroes_roles:
         csv=f"{H_SEED_DIR}/roles.csv",
     log:
         "logs/heroes/{task}/seed{seed}/roles.log",
+    localrule: True
     conda:
         "../../envs/selfrepair.yaml"
     params:
@@ -176,27 +185,63 @@ rule heroes_probe:
 
 rule heroes_aggregate:
     input:
-        ood=h_per_seed("ood.json"),
-        train=h_per_seed("train.json"),
-        roles=h_per_seed("roles.csv"),
-        redundancy=h_per_seed("redundancy.csv"),
-        pruning=h_per_seed("pruning.csv"),
-        attention=h_per_seed("attention.csv"),
-        patterns=h_per_seed("attention_patterns.csv"),
+        ood=heroes_per_seed("ood.json"),
+        train=heroes_per_seed("train.json"),
+        roles=heroes_per_seed("roles.csv"),
+        redundancy=heroes_per_seed("redundancy.csv"),
+        pruning=heroes_per_seed("pruning.csv"),
+        attention=heroes_per_seed("attention.csv"),
+        patterns=heroes_per_seed("attention_patterns.csv"),
     output:
-        seeds=f"{H_TABLES}/seeds.csv",
-        rho=f"{H_TABLES}/rho.csv",
-        components=f"{H_TABLES}/components.csv",
-        roles_by_layer=f"{H_TABLES}/roles_by_layer.csv",
-        role_stability=f"{H_TABLES}/role_stability.csv",
-        gradient_by_layer=f"{H_TABLES}/gradient_by_layer.csv",
+        seeds=report(
+            f"{H_TABLES}/seeds.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
+        rho=report(
+            f"{H_TABLES}/rho.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
+        components=report(
+            f"{H_TABLES}/components.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
+        roles_by_layer=report(
+            f"{H_TABLES}/roles_by_layer.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
+        role_stability=report(
+            f"{H_TABLES}/role_stability.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
+        gradient_by_layer=report(
+            f"{H_TABLES}/gradient_by_layer.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
         redundancy=f"{H_TABLES}/redundancy.csv",
-        redundancy_summary=f"{H_TABLES}/redundancy_summary.csv",
+        redundancy_summary=report(
+            f"{H_TABLES}/redundancy_summary.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
         pruning=f"{H_TABLES}/pruning.csv",
         attention=f"{H_TABLES}/attention.csv",
         patterns=f"{H_TABLES}/attention_patterns.csv",
     log:
         "logs/heroes/aggregate.log",
+    localrule: True
     conda:
         "../../envs/selfrepair.yaml"
     params:
@@ -234,6 +279,7 @@ for _fig, _tables in H_FIGURE_INPUTS.items():
             f"{H_FIGS}/{_fig}.pdf",
         log:
             f"logs/heroes/fig_{_fig}.log",
+        localrule: True
         conda:
             "../../envs/selfrepair.yaml"
         params:
@@ -262,6 +308,7 @@ rule heroes_published:
         ),
     log:
         "logs/heroes/published.log",
+    localrule: True
     conda:
         "../../envs/selfrepair.yaml"
     params:

@@ -12,6 +12,7 @@ rule published_summary:
         ),
     log:
         "logs/published_summary.log",
+    localrule: True
     conda:
         "../../envs/selfrepair.yaml"
     params:

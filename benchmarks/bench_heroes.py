@@ -1,0 +1,205 @@
+"""Paper A speed, measured side by side in one run (ratios, never timed assertions).
+
+For one trained seed, each part of the scoring is timed with this library and with a
+naive reference that decodes one sequence at a time, as the original protocol did, on
+the same model and sequences (identical accuracies are required), and set against its
+compute floor: the part's FLOPs over this machine's matmul throughput, measured here.
+Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
+
+    .venv/bin/python benchmarks/bench_heroes.py [--model results/heroes/sort/seed42/model]
+        [--task sort] [--n 200] [--n-naive 100] [--threads 2] [--out results/benchmarks/heroes.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from selfrepair import attribution, heroes, interventions, models, train
+from selfrepair import components as C
+from selfrepair.tasks import sequences as S
+
+
+def forward_flops(cfg, n_seq: int, t: int) -> float:
+    """Matmul FLOPs of one forward pass of a GPT-2 config over n_seq sequences of t tokens."""
+    d, L, dm, v = cfg.n_embd, cfg.n_layer, cfg.n_inner, cfg.vocab_size
+    per_token = L * (2 * 3 * d * d + 2 * d * d + 2 * 2 * d * dm) + 2 * d * v
+    attn = L * 2 * 2 * t * t * d / 2  # QK^T and AV over the causal half, per sequence
+    return n_seq * (t * per_token + attn)
+
+
+def matmul_throughput(seconds: float = 1.0) -> float:
+    """FLOP/s of float32 matmuls of this workload's shape ([rows, 128] x [128, 512])."""
+    a, b = torch.randn(8192, 128), torch.randn(128, 512)
+    for _ in range(3):
+        a @ b
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+    return n * 2 * 8192 * 128 * 512 / (time.perf_counter() - t0)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+class PlainBlock(nn.Module):
+    def __init__(self, d, h, dm):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.proj = nn.Linear(d, dm), nn.Linear(dm, d)
+        self.h = h
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.proj(F.gelu(self.fc(self.ln2(x))))
+
+
+class PlainTransformer(nn.Module):
+    """The paper's model in plain PyTorch: pre-LN, GELU, no positional encoding."""
+
+    def __init__(self, vocab, d=128, h=4, layers=4, dm=512):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(PlainBlock(d, h, dm) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.out(self.ln(x))
+
+
+def train_steps_per_second(model, logits_fn, steps: int, seed: int = 0) -> float:
+    g = torch.Generator().manual_seed(seed)
+    batches = [S.training_batch("sort", 64, 3, 7, g) for _ in range(steps + 5)]
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], 1e-3)
+    model.train()
+
+    def step(b):
+        loss = train.masked_lm_loss(logits_fn(model, b.tokens), b.targets, b.mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for b in batches[:5]:
+        step(b)
+    t0 = time.perf_counter()
+    for b in batches[5:]:
+        step(b)
+    return steps / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="results/heroes/sort/seed42/model")
+    ap.add_argument("--task", default="sort")
+    ap.add_argument("--n", type=int, default=200, help="sequences per length / for C (both sides)")
+    ap.add_argument("--n-batches", type=int, default=50)
+    ap.add_argument("--train-steps", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default="results/benchmarks/heroes.csv")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    if not Path(a.model).is_dir():
+        raise SystemExit(f"no trained model at {a.model}: run `snakemake {a.model}` first")
+    hf = models.load_hf(a.model)
+    br = models.load_bridge(a.model)
+    cfg = hf.config
+    comps = C.all_components(cfg.n_layer, cfg.n_head)
+    flops_per_s = matmul_throughput()
+    rows = []
+
+    def row(part, lib_s, ref_s, flops, note=""):
+        floor = flops / flops_per_s
+        rows.append(
+            {
+                "part": part,
+                "library_s": lib_s,
+                "reference_s": ref_s,
+                "speedup_vs_reference": ref_s / lib_s if ref_s else float("nan"),
+                "compute_floor_s": floor,
+                "library_over_floor": lib_s / floor,
+                "note": note,
+            }
+        )
+        print(rows[-1], flush=True)
+
+    # 1. OOD selection: accuracy at each candidate length.
+    lengths = [8, 9, 10, 11]
+    sets = {L: S.eval_set(a.task, L, a.n, seed=L) for L in lengths}
+    lib, lib_s = timed(lambda: {L: heroes.correct(hf, b) for L, b in sets.items()})
+    ref, ref_s = timed(lambda: {L: torch.tensor([heroes.greedy_decode_correct(hf, a.task, b.tokens[i, 1 : L + 1]) for i in range(a.n)]) for L, b in sets.items()})
+    assert all(torch.equal(lib[L], ref[L]) for L in lengths), "library and reference disagree"
+    flops = sum(forward_flops(cfg, a.n, 2 * L + 2) for L in lengths)
+    row("OOD selection", lib_s, ref_s, flops, f"{a.n} sequences x {len(lengths)} lengths")
+
+    # 2. G: forward + backward over the OOD batches (no naive counterpart).
+    n_len = 9
+    batches = S.fixed_length_batches(a.task, n_len, a.n_batches, 64, seed=1)
+    _, lib_s = timed(lambda: attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt"))
+    row("G", lib_s, float("nan"), 3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2), f"{a.n_batches} batches of 64; backward = 2x forward")
+
+    # 3. C, mean and zero ablation of each component (+ the intact baseline).
+    fresh = S.eval_set(a.task, n_len, a.n, seed=2)
+    means = interventions.component_means(br, [b.tokens for b in batches], comps)
+    for mode in ("mean", "zero"):
+        lib, lib_s = timed(lambda: heroes.ablation_correct(br, fresh, [[]] + [[c] for c in comps], mode, means))
+
+        def naive():
+            out = []
+            for s in [[]] + [[c] for c in comps]:
+                hooks = interventions.make_hooks([s], 1, mode, means) if s else []
+
+                class Hooked:
+                    def run_with_hooks(self):
+                        pass
+
+                    def __call__(self, tokens):
+                        with br.hooks(fwd_hooks=hooks):
+                            return br(tokens)
+
+                out.append(torch.tensor([heroes.greedy_decode_correct(Hooked(), a.task, fresh.tokens[i, 1 : n_len + 1]) for i in range(a.n)]))
+            return torch.stack(out)
+
+        ref, ref_s = timed(naive)
+        assert torch.equal(lib, ref), f"C ({mode}): library and reference disagree"
+        row(f"C {mode}", lib_s, ref_s, (len(comps) + 1) * forward_flops(cfg, a.n, 2 * n_len + 2), f"{len(comps)} components x {a.n} sequences")
+
+    # 4. Training throughput: the Hugging Face module vs plain PyTorch, same batches.
+    plain = PlainTransformer(cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.n_layer, cfg.n_inner)
+    fresh_hf = models.build_gpt2_toy(cfg, seed=0)
+    hf_sps = train_steps_per_second(fresh_hf, lambda m, t: m(input_ids=t).logits, a.train_steps)
+    plain_sps = train_steps_per_second(plain, lambda m, t: m(t), a.train_steps)
+    rows.append({"part": "training steps/s (HF / plain)", "library_s": 1 / hf_sps, "reference_s": 1 / plain_sps, "speedup_vs_reference": hf_sps / plain_sps, "compute_floor_s": float("nan"), "library_over_floor": float("nan"), "note": f"HF {hf_sps:.1f} steps/s, plain {plain_sps:.1f} steps/s"})
+    print(rows[-1], flush=True)
+    df = pd.DataFrame(rows)
+    df.insert(0, "threads", a.threads)
+    df["matmul_gflops"] = flops_per_s / 1e9
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(a.out, index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(df.drop(columns=["note"]).to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Render the committed reference tables as the README's markdown blocks.
+
+    python -m selfrepair.readme_table          # rewrite README.md's generated blocks
+    python -m selfrepair.readme_table --check  # exit 1 if README.md is out of date
+
+Every number in those README blocks comes from files under results/reference/, which
+are copies of what a full default run of the workflow wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "results" / "reference"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    s = str(v)
+    return "" if s == "nan" else s.replace("|", "/")
+
+
+def published_markdown(csv: Path) -> str:
+    df = pd.read_csv(csv)
+    lines = ["| paper | claim | published | reproduced | tolerance | status | note |", "|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        lines.append("| " + " | ".join(_fmt(x) for x in (r.paper, r.claim, r.published, r.reproduced, r.tolerance, r.status, r.note)) + " |")
+    return "\n".join(lines)
+
+
+def blocks() -> dict[str, str]:
+    """{block name: markdown} for every reference file present."""
+    out = {}
+    f = REFERENCE / "published_summary.csv"
+    if f.exists():
+        out["published"] = published_markdown(f)
+    for name in ("heroes_rho", "heroes_run", "benchmark_heroes"):
+        f = REFERENCE / f"{name}.csv"
+        if f.exists():
+            out[name] = _plain(pd.read_csv(f))
+    return out
+
+
+def _plain(df: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(x) for x in row) + " |")
+    return "\n".join(lines)
+
+
+def render(readme: str, parts: dict[str, str]) -> str:
+    for name, md in parts.items():
+        pat = re.compile(rf"(<!-- {name}:start -->\n).*?(\n<!-- {name}:end -->)", re.S)
+        readme = pat.sub(lambda m: m.group(1) + md + m.group(2), readme)
+    return readme
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true")
+    a = ap.parse_args(argv)
+    path = ROOT / "README.md"
+    old = path.read_text()
+    new = render(old, blocks())
+    if a.check:
+        if new != old:
+            print("README.md is out of date with results/reference/: run python -m selfrepair.readme_table")
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

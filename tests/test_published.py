@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from selfrepair import published, readme_table
+from selfrepair.published import Holds, NotRun
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_compare_statuses_by_hand():
+    claims = [
+        {"id": "a", "claim": "x", "source": "s", "value": 0.72, "tolerance": 0.08},
+        {"id": "b", "claim": "y", "source": "s", "value": 0.72, "tolerance": 0.08},
+        {"id": "c", "claim": "z", "source": "s", "value": 1.0, "tolerance": 0.0},
+        {"id": "d", "claim": "w", "source": "s", "kind": "text", "text": "t"},
+        {"id": "e", "claim": "v", "source": "s", "value": 3.0, "tolerance": 1.0},
+    ]
+    t = published.compare("p", claims, {"a": 0.80, "b": (0.81, "n=3"), "d": Holds(False, "ev"), "e": NotRun("no GPU")})
+    assert t["status"].tolist() == ["reproduced", "differs", "not run", "differs", "not run"]
+    assert t.loc[1, "note"] == "n=3"
+    assert t.loc[2, "note"] == "no rule measures this claim yet"
+    assert t.loc[3, "reproduced"] == "does not hold" and t.loc[4, "note"] == "no GPU"
+
+
+def test_claims_file_is_well_formed():
+    for paper in yaml.safe_load((ROOT / "config" / "published.yaml").read_text()):
+        claims = published.load_claims(ROOT / "config" / "published.yaml", paper)
+        assert all(c["source"] for c in claims)
+
+
+def test_bad_claims_are_rejected(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("heroes:\n  - {id: a, claim: x, source: s, value: oops}\n")
+    with pytest.raises(ValueError, match="needs a number"):
+        published.load_claims(f, "heroes")
+    f.write_text("heroes:\n  - {id: a, claim: x, source: s, value: 1}\n  - {id: a, claim: y, source: s, value: 2}\n")
+    with pytest.raises(ValueError, match="duplicate"):
+        published.load_claims(f, "heroes")
+
+
+def test_reference_tables_agree_with_published_yaml():
+    """results/reference/ (copied from a full default run) lists every published number of
+    config/published.yaml with the same value, and its statuses follow from its numbers."""
+    ref = ROOT / "results" / "reference" / "published_summary.csv"
+    if not ref.exists():
+        pytest.skip("no reference run committed yet")
+    table = pd.read_csv(ref)
+    data = yaml.safe_load((ROOT / "config" / "published.yaml").read_text())
+    for paper in table["paper"].unique():
+        claims = {c["id"]: c for c in data[paper]}
+        rows = table[table["paper"] == paper]
+        assert set(rows["id"]) == set(claims), paper
+        for r in rows.itertuples():
+            c = claims[r.id]
+            if c.get("kind", "number") != "number":
+                continue
+            assert float(r.published) == pytest.approx(float(c["value"]))
+            if r.status != "not run":
+                expect = published.status_of(float(c["value"]), float(r.reproduced), float(c.get("tolerance", 0)))
+                assert r.status == expect, r.id
+
+
+def test_readme_blocks_match_reference_files():
+    assert readme_table.main(["--check"]) == 0

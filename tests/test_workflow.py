@@ -1,0 +1,202 @@
+"""The workflow itself: config validation, lint, format, and a tiny end-to-end run of
+the paper-A DAG (tests/golden holds its regression values)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def snakemake(*args, cwd=ROOT, check=True, timeout=1800):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), *args]
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    return r
+
+
+def configs(*extra):
+    return ["--configfile", str(ROOT / "config/config.yaml"), str(ROOT / "config/test.yaml"), *map(str, extra)]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("heroes:\n  seeds: []\n", "heroes.seeds: [] should be non-empty"),
+        ("heroes:\n  train: {lrate: 0.1}\n", "heroes.train: Additional properties are not allowed ('lrate'"),
+        ("heroes:\n  seeds: [x]\n", "heroes.seeds.0: 'x' is not of type 'integer'"),
+        ("devise: cpu\n", "Additional properties are not allowed ('devise'"),
+        ("heroes:\n  tasks: [shuffle]\n", "heroes.tasks.0: 'shuffle' is not one of"),
+        ("heroes:\n  train: {min_len: 9, max_len: 4}\n", "heroes.train.min_len (9) > heroes.train.max_len (4)"),
+    ],
+)
+def test_invalid_config_is_rejected_naming_the_key(tmp_path, bad, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(bad)
+    r = snakemake("-n", "--directory", str(tmp_path), *configs(f), check=False)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr
+
+
+def test_lint_is_clean():
+    r = snakemake("--lint", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Congratulations" in r.stdout + r.stderr
+
+
+def test_snakefmt_is_clean():
+    files = [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+    r = subprocess.run([str(BIN / "snakefmt"), "--check", *map(str, files)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_conda_env_mirrors_the_lock():
+    lock = [l.strip() for l in (ROOT / "requirements.lock").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    env = yaml.safe_load((ROOT / "envs" / "selfrepair.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert [p for p in pip if not p.startswith("-e")] == lock
+    assert "torch==2.13.0" in lock
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The paper-A DAG on config/test.yaml (2 seeds x 2 tasks, short training)."""
+    d = tmp_path_factory.mktemp("e2e")
+    (d / "config").mkdir()
+    shutil.copy(ROOT / "config" / "published.yaml", d / "config" / "published.yaml")
+    args = ["--directory", str(d), *configs(), "--config", "papers=[heroes]", "device=cpu"]
+    snakemake("--cores", "2", *args)
+    return d, args
+
+
+def read(d, name):
+    return pd.read_csv(d / "results" / "heroes" / "tables" / name)
+
+
+@pytest.mark.slow
+def test_tiny_run_outputs_exist_and_agree(tiny_run):
+    d, _ = tiny_run
+    figs = ["g_vs_c", "waterfall", "roles_by_layer", "role_stability", "redundancy", "pruning", "attention"]
+    for f in figs:
+        for ext in ("png", "pdf"):
+            assert (d / "results" / "heroes" / "figures" / f"{f}.{ext}").stat().st_size > 1000
+    seeds = read(d, "seeds.csv")
+    assert sorted(zip(seeds["task"], seeds["seed"])) == [("reverse", 42), ("reverse", 123), ("sort", 42), ("sort", 123)]
+    comps = read(d, "components.csv")
+    kept = comps[comps["status"] == "kept"]
+    # 2 layers x (2 heads + MLP) per kept seed; Delta = rank(G) - rank(C) recomputed here
+    from scipy.stats import rankdata, spearmanr
+
+    for (task, seed), s in kept.groupby(["task", "seed"]):
+        assert len(s) == 6
+        assert list(s["delta"]) == pytest.approx(list(rankdata(s["G"]) - rankdata(s["C"])))
+        row = seeds[(seeds["task"] == task) & (seeds["seed"] == seed)].iloc[0]
+        if s["C"].nunique() > 1:
+            assert row["rho"] == pytest.approx(spearmanr(s["G"], s["C"]).statistic)
+        abl = pd.read_csv(d / f"results/heroes/{task}/seed{seed}/ablations.csv")
+        assert set(abl["mode"]) == {"mean", "zero"} and (abl["n"] == 200).all()
+        grads = pd.read_csv(d / f"results/heroes/{task}/seed{seed}/gradients.csv")
+        assert (grads["n_batches"] == 4).all() and (grads["G"] > 0).all()
+    pub = pd.read_csv(d / "results" / "published" / "heroes.csv")
+    claims = yaml.safe_load((ROOT / "config" / "published.yaml").read_text())["heroes"]
+    assert list(pub["id"]) == [c["id"] for c in claims]
+    assert set(pub["status"]) <= {"reproduced", "differs", "not run"}
+    summary = pd.read_csv(d / "results" / "published" / "summary.csv")
+    assert len(summary) == len(pub)
+
+
+@pytest.mark.slow
+def test_tiny_run_matches_golden_values(tiny_run):
+    """Regression: a code change that moves a number fails here until tests/golden is
+    deliberately regenerated (python tests/golden/update.py)."""
+    d, _ = tiny_run
+    seeds = read(d, "seeds.csv").set_index(["task", "seed"]).sort_index()
+    golden = pd.read_csv(GOLDEN / "heroes_tiny_seeds.csv").set_index(["task", "seed"]).sort_index()
+    assert list(seeds.index) == list(golden.index)
+    for col in ("N", "train_steps", "n_heroes", "n_bloats"):
+        assert list(seeds[col].fillna(-1)) == list(golden[col].fillna(-1)), col
+    for col in ("ood_accuracy", "id_accuracy", "rho"):
+        assert list(seeds[col].fillna(-9)) == pytest.approx(list(golden[col].fillna(-9)), abs=0.02), col
+    comps = read(d, "components.csv").set_index(["task", "seed", "component"]).sort_index()
+    gcomps = pd.read_csv(GOLDEN / "heroes_tiny_components.csv").set_index(["task", "seed", "component"]).sort_index()
+    assert list(comps["G"]) == pytest.approx(list(gcomps["G"]), rel=0.02)
+    assert list(comps["C"]) == pytest.approx(list(gcomps["C"]), abs=0.02)
+
+
+@pytest.mark.slow
+def test_tiny_run_is_complete_resumes_and_is_deterministic(tiny_run):
+    d, args = tiny_run
+    r = snakemake("-n", *args)
+    assert "Nothing to be done" in r.stdout + r.stderr
+    # Lose one seed's downstream files (as an interrupted run would): only they rerun,
+    # and they come back identical.
+    seed_dir = d / "results/heroes/sort/seed42"
+    before = {f: (seed_dir / f).read_bytes() for f in ("roles.csv", "redundancy.csv", "pruning.csv")}
+    before_scores = (seed_dir / "ablations.csv").read_bytes()
+    for f in before:
+        (seed_dir / f).unlink()
+    r = snakemake("-n", *args)
+    assert "heroes_train" not in r.stdout and "heroes_scores" not in r.stdout
+    snakemake("--cores", "2", *args)
+    for f, content in before.items():
+        assert (seed_dir / f).read_bytes() == content, f
+    assert (seed_dir / "ablations.csv").read_bytes() == before_scores
+
+
+@pytest.mark.slow
+def test_strict_mode_fails_on_differs(tiny_run):
+    d, args = tiny_run
+    pub = pd.read_csv(d / "results" / "published" / "heroes.csv")
+    assert (pub["status"] == "differs").any()  # the tiny model is not the paper's
+    r = snakemake("--cores", "1", *args, "strict=True", "-R", "published_summary", check=False)
+    assert r.returncode != 0
+    assert "strict mode" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_corrupted_checkpoint_fails_clearly_and_loses_nothing(tiny_run, tmp_path):
+    d, args = tiny_run
+    weights = next((d / "results/heroes/reverse/seed42/model").glob("*.safetensors"))
+    saved = weights.read_bytes()
+    other = (d / "results/heroes/reverse/seed123/ablations.csv").read_bytes()
+    try:
+        weights.write_bytes(saved[:200])
+        r = snakemake("--cores", "1", *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", str(d / "results/heroes/reverse/seed42/ood.json"), check=False)
+        assert r.returncode != 0
+        log = (d / "logs/heroes/reverse/seed42/ood.log").read_text()
+        assert "cannot load the checkpoint" in log and "seed42/model" in log
+        assert not (d / "results/heroes/reverse/seed42/ood.json").exists()  # no partial output
+        assert (d / "results/heroes/reverse/seed123/ablations.csv").read_bytes() == other
+    finally:
+        weights.write_bytes(saved)
+
+
+@pytest.mark.slow
+def test_cluster_path_submits_polls_and_collects(tiny_run):
+    """Snakemake's generic cluster executor with the local stand-in for sbatch: jobs go
+    through submission, status polling and collection."""
+    d, args = tiny_run
+    prof = ROOT / "workflow" / "profiles" / "local-cluster"
+    target = "results/heroes/sort/seed123/roles.csv"
+    before = (d / target).read_bytes()
+    r = snakemake(
+        "--workflow-profile", str(prof),
+        "--cluster-generic-submit-cmd", str(prof / "submit.sh"),
+        "--cluster-generic-status-cmd", str(prof / "status.sh"),
+        *args, "-R", "heroes_roles", "--", target,
+    )
+    out = r.stdout + r.stderr
+    assert "Submitted job" in out and "Finished jobid" in out
+    ids = list((d / ".snakemake" / "local-cluster").glob("*.rc"))
+    assert ids and all(f.read_text().strip() == "0" for f in ids)
+    assert (d / target).read_bytes() == before
