@@ -1,0 +1,78 @@
+"""Rule coax_fig: draw one paper-B figure from its table (nothing is computed here)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from selfrepair import runtime  # noqa: E402
+
+smk = snakemake  # noqa: F821
+runtime.start(smk)
+kind = smk.params.figure
+t = {k: pd.read_csv(v) for k, v in smk.input.items()}
+PUB_SYN = {"clean_energy": 0.42, "clean_answer": 0.51, "cond_answer": 0.75, "coax": 0.92}
+PUB_IOI = {"single": 0.33, "atp": 0.60, "eap_ig": 0.70, "atp_star": 0.82, "coax": 0.91}
+fig, ax = plt.subplots(figsize=(6, 4))
+if kind == "synthetic":
+    d = t["synthetic"]
+    order = list(PUB_SYN)
+    ax.boxplot([d[d.score == s]["auc"] for s in order], tick_labels=order)
+    for i, s in enumerate(order, 1):
+        ax.hlines(PUB_SYN[s], i - 0.3, i + 0.3, colors="C3", linestyles="--")
+    ax.set_ylabel("ROC-AUC (backups vs inert)")
+    ax.set_title("Synthetic benchmark (dashed: published)")
+elif kind == "discovery":
+    d = t["discovery"]
+    order = list(PUB_IOI)
+    for i, m in enumerate(order):
+        v = d[d.method == m]["roc_auc"]
+        ax.scatter([i] * len(v), v, alpha=0.6, color="C0")
+        ax.hlines(v.mean(), i - 0.3, i + 0.3, color="C0")
+        ax.scatter([i], [PUB_IOI[m]], marker="x", color="C3")
+    ax.set_xticks(range(len(order)), order)
+    ax.axhline(0.5, color="grey", lw=0.5)
+    ax.set_ylabel("backup-discovery ROC-AUC")
+    ax.set_title("Toy IOI models (x: published GPT-2 small)")
+elif kind == "wakeup":
+    d = t["wake"]
+    for g, sub in d.groupby("group"):
+        m = sub.groupby("n_ablated")["ratio"].mean()
+        ax.plot(m.index, m.values, marker="o", label=g)
+    ax.plot([0, 1, 2, 3], [1.00, 1.02, 1.08, 1.15], "k--", label="published backups (GPT-2)")
+    ax.set_xlabel("primaries ablated")
+    ax.set_ylabel("output-norm ratio")
+    ax.legend()
+elif kind == "knockout":
+    d = t["knockout"].groupby("set", sort=False)[["drop", "accuracy"]].mean()
+    ax.bar(range(len(d)), d["accuracy"], color="C0", label="accuracy")
+    ax2 = ax.twinx()
+    ax2.plot(range(len(d)), d["drop"], "o-", color="C3", label="logit-diff drop")
+    ax.set_xticks(range(len(d)), d.index, rotation=20, ha="right")
+    ax.set_ylabel("IOI accuracy")
+    ax2.set_ylabel("logit-difference drop")
+    ax.set_title("Attribution recovery and knockout (toy IOI)")
+elif kind == "induction":
+    d = t["induction"]
+    for m, sub in d.groupby("model"):
+        ax.plot(sub["k"], sub["ratio_alone"], marker="o", label=m)
+        deg = sub[sub.degenerate]
+        ax.scatter(deg["k"], deg["ratio_alone"], marker="s", facecolors="none", edgecolors="k")
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.set_xlabel("k")
+    ax.set_ylabel("drop(COAX set) / mean drop(random sets)")
+    ax.legend(fontsize=7)
+elif kind == "pruning":
+    d = t["pruning"]
+    for m, sub in d.groupby("method"):
+        ax.plot(sub["sparsity"], sub["perplexity"], marker="o", label=m)
+    ax.set_yscale("log")
+    ax.set_xlabel("head sparsity")
+    ax.set_ylabel("perplexity")
+    ax.legend()
+else:
+    raise ValueError(f"unknown figure {kind!r}")
+fig.tight_layout()
+for path in smk.output:
+    fig.savefig(path, dpi=120)
