@@ -1,0 +1,32 @@
+"""Edge scores of every method, MIB circuit files, and faithfulness curves (thin adapter)."""
+import json
+import sys
+from pathlib import Path
+
+sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from selfrepair import circuits  # noqa: E402
+from selfrepair.models import load_bridge, resolve_device  # noqa: E402
+from selfrepair.tasks.counterfactual import get_task  # noqa: E402
+
+torch.set_num_threads(snakemake.threads)  # noqa: F821
+p = snakemake.params  # noqa: F821
+out = snakemake.output  # noqa: F821
+bridge = load_bridge(snakemake.input.model, resolve_device(p.device))  # noqa: F821
+data = get_task(p.task).sample(int(p.n_eval), seed=int(p.data_seed))
+Path(out.circuits).mkdir(parents=True, exist_ok=True)
+summaries, curves = [], []
+for method in p.methods:
+    graph, scores, curve, summary = circuits.localize(
+        bridge, data, method, tuple(p.fractions), int(p.batch_size), int(p.ig_steps)
+    )
+    n_top = int(round(p.circuit_fraction * graph.n_edges))
+    mask = circuits.top_edges(graph, scores, n_top, absolute=True)
+    circuits.save_mib_json(Path(out.circuits) / f"{method}.json", graph, scores, mask)
+    summaries.append({"task": p.task, "model": p.model_name, **summary})
+    curves.append(curve.assign(task=p.task, model=p.model_name))
+    print(json.dumps(summaries[-1]), file=sys.stderr, flush=True)
+pd.DataFrame(summaries).to_csv(out.summary, index=False)
+pd.concat(curves).to_csv(out.curves, index=False)

@@ -1,0 +1,28 @@
+"""Faithfulness curves of every method (only draws what curves.csv holds)."""
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+df = pd.read_csv(snakemake.input.curves)  # noqa: F821
+pairs = df[["task", "model"]].drop_duplicates().values.tolist()
+fig, axes = plt.subplots(2, len(pairs), figsize=(3.6 * len(pairs), 6.4), squeeze=False, sharey="row")
+for col, (task, model) in enumerate(pairs):
+    for row, ranking in enumerate(("signed", "absolute")):
+        ax = axes[row, col]
+        sub = df[(df.task == task) & (df.model == model) & (df.ranking == ranking)]
+        for method, g in sub.groupby("method", sort=False):
+            ax.plot(g.fraction, g.faithfulness, marker="o", ms=3, label=method)
+        ax.set_xscale("log")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_title(f"{task} / {model}\n{'CPR (signed)' if row == 0 else 'CMD (absolute)'}", fontsize=9)
+        ax.set_xlabel("fraction of edges")
+        if col == 0:
+            ax.set_ylabel("faithfulness")
+axes[0, -1].legend(fontsize=7)
+fig.tight_layout()
+fig.savefig(snakemake.output[0], dpi=120)  # noqa: F821

@@ -1,0 +1,17 @@
+"""Train one paper-C toy model on a counterfactual task (thin adapter)."""
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+import torch  # noqa: E402
+
+from selfrepair.models import resolve_device  # noqa: E402
+from selfrepair.tasks.counterfactual import get_task, train_any  # noqa: E402
+
+torch.set_num_threads(snakemake.threads)  # noqa: F821
+p = snakemake.params  # noqa: F821
+meta = train_any(
+    get_task(p.task), snakemake.output.model, device=resolve_device(p.device), seed=int(p.seed),  # noqa: F821
+    **p.model, **p.train,
+)
+print(json.dumps(meta), file=sys.stderr)

@@ -1,0 +1,229 @@
+"""Edge graph, edge scores, MIB files, counterfactual patching and the areas."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+warnings.filterwarnings("ignore")
+
+from selfrepair import circuits as C  # noqa: E402
+from selfrepair.gim import GIMConfig, gim  # noqa: E402
+from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
+
+
+def _save_llama(folder):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, head_dim=4)
+    save_model(LlamaForCausalLM(cfg), folder)
+
+
+@pytest.fixture(scope="module")
+def bridges(tmp_path_factory):
+    root = tmp_path_factory.mktemp("circ_models")
+    cfg = gpt2_toy_config(vocab_size=20, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16)
+    save_model(build_gpt2_toy(cfg, seed=5, positional=True), root / "gpt2")
+    _save_llama(root / "llama")
+    out = {}
+    for name in ("gpt2", "llama"):
+        save_word_tokenizer(root / name, [f"t{i}" for i in range(20)])
+        b = load_bridge(root / name, "cpu")
+        C.prepare(b)
+        out[name] = b
+    return out
+
+
+def _data(n=4, T=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(2, 20, (n, T), generator=g)
+    corrupt = torch.randint(2, 20, (n, T), generator=g)
+    return C.CounterfactualBatch(clean, corrupt, torch.randint(2, 20, (n,), generator=g),
+                                 torch.randint(2, 20, (n,), generator=g), torch.full((n,), T - 1))
+
+
+def test_edge_count_gpt2_small():
+    assert C.Graph.build(12, 12, 768).n_edges == 32491  # MIB's count for GPT-2 small
+    g = C.Graph.build(2, 2, 16)
+    # by hand: heads of layer 0: 3*2*1, m0: 1+2, heads of layer 1: 3*2*4, m1: 4+2, logits: 7
+    assert g.n_edges == 6 + 3 + 24 + 6 + 7
+    assert "a0.h1->a1.h0<k>" in g.edge_names() and "a0.h0->m0" in g.edge_names()
+    assert "m1->a1.h0<q>" not in g.edge_names() and "a1.h0->a1.h1<q>" not in g.edge_names()
+    assert str(C.mib_to_component("a3.h2<q>")) == "L3H2" and C.mib_to_component("m1").name == "L1MLP"
+
+
+def brute_force_patched_logits(bridge, graph, data, in_graph):
+    """Fixed-point iteration of whole forward passes: pass k sets every downstream input
+    to (corrupted run's input) + sum over kept parent edges of (a_u from pass k-1 minus
+    a_u corrupted). After 2 * n_layers + 3 passes nothing changes (the graph is a DAG)."""
+    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    # corrupted inputs of every downstream slot, recorded directly
+    slots = graph.backward_slots()
+    x_corr = {}
+    with torch.no_grad():
+        bridge.run_with_hooks(data.corrupt, fwd_hooks=[(n, (lambda n: lambda x, hook: x_corr.__setitem__(n, x.clone()))(n)) for n in slots])
+    acts = a_corr.clone()
+    rep = graph.n_heads // graph.n_kv_heads
+    for _ in range(2 * graph.n_layers + 3):
+        hooks = []
+        for name, cols in slots.items():
+            def setter(x, hook, name=name, cols=cols):
+                y = x_corr[name].clone()
+                done = set()
+                for j, s in cols:
+                    if s in done and s is not None:
+                        continue
+                    if s is not None and name.endswith(("k_input", "v_input")) and rep > 1:
+                        js = [jj for jj, ss in cols if ss == s]
+                        keep = in_graph[:, js].any(dim=1)
+                    else:
+                        keep = in_graph[:, j]
+                    done.add(s)
+                    add = sum((acts[:, :, i] - a_corr[:, :, i]) for i in range(len(graph.forward)) if keep[i])
+                    if s is None:
+                        y = y + add
+                    else:
+                        y[:, :, s] = y[:, :, s] + add
+                return y
+            hooks.append((name, setter))
+        logits, acts_new = C.forward_activations(bridge, graph, data.clean, hooks=hooks)
+        acts = acts_new
+    return logits
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_patching_matches_brute_force(bridges, name):
+    bridge = bridges[name]
+    graph = C.Graph.from_bridge(bridge)
+    data = _data()
+    torch.manual_seed(3)
+    for density in (0.0, 0.3, 0.7, 1.0):
+        in_graph = (torch.rand(graph.valid.shape) < density) & graph.valid
+        _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+        with torch.no_grad(), C.patched(bridge, graph, in_graph, a_corr):
+            fast = bridge(data.clean)
+        slow = brute_force_patched_logits(bridge, graph, data, in_graph)
+        assert torch.allclose(fast, slow, atol=1e-4), (name, density)
+    # the two ends: no edge == the corrupted run, every edge == the clean run
+    with torch.no_grad():
+        clean, corr = bridge(data.clean), bridge(data.corrupt)
+        with C.patched(bridge, graph, torch.zeros_like(graph.valid), a_corr):
+            assert torch.allclose(bridge(data.clean), corr, atol=1e-5)
+        with C.patched(bridge, graph, graph.valid.clone(), a_corr):
+            assert torch.allclose(bridge(data.clean), clean, atol=1e-5)
+
+
+def test_patching_a_node_equals_activation_patching(bridges):
+    bridge = bridges["gpt2"]
+    graph = C.Graph.from_bridge(bridge)
+    data = _data()
+    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    u = graph.forward.index("a0.h1")
+    in_graph = graph.valid.clone()
+    in_graph[u] = False
+
+    def patch(x, hook):
+        x = x.clone()
+        x[:, :, 1] = a_corr[:, :, u]
+        return x
+    with torch.no_grad():
+        with C.patched(bridge, graph, in_graph, a_corr):
+            edges = bridge(data.clean)
+        node = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.attn.hook_result", patch)])
+    assert torch.allclose(edges, node, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["eap", "gim", "gim-no-ln"])
+def test_eap_out_edges_sum_to_node_attribution(bridges, method):
+    """sum_v score(u->v) == (a_u(corr) - a_u(clean)) . dL/da_u / N, with dL/da_u taken by
+    autograd at the head's own output hook (an independent path)."""
+    bridge = bridges["gpt2"]
+    graph = C.Graph.from_bridge(bridge)
+    data = _data()
+    scores = C.edge_scores(bridge, graph, data, method)
+    u = graph.forward.index("a0.h1")
+    _, a_clean = C.forward_activations(bridge, graph, data.clean)
+    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    store = {}
+
+    def leaf(x, hook):
+        store["x"] = x.detach().clone().requires_grad_(True)
+        return store["x"]
+    cfg = None if method == "eap" else GIMConfig.variant(method)
+    with gim(bridge, cfg or GIMConfig.none()):
+        logits = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.attn.hook_result", leaf)])
+        (-C.logit_diff(logits, data).sum()).backward()
+    grad = store["x"].grad[:, :, 1]
+    expected = ((a_corr[:, :, u] - a_clean[:, :, u]) * grad).sum() / len(data)
+    assert scores[u].sum().item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-7)
+
+
+def test_eap_ig_out_edges_sum_to_averaged_node_attribution(bridges):
+    """EAP-IG (inputs, 3 steps): sum_v score(u->v) == diff_u . mean_k dL/da_u, the
+    gradient taken at the head's output with the input embedding set by hand to
+    corrupt + k/3 (clean - corrupt), k = 0, 1, 2."""
+    bridge = bridges["gpt2"]
+    graph = C.Graph.from_bridge(bridge)
+    data = _data()
+    scores = C.edge_scores(bridge, graph, data, "eap-ig", ig_steps=3)
+    u = graph.forward.index("a1.h0")
+    _, a_clean = C.forward_activations(bridge, graph, data.clean)
+    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    total = torch.zeros_like(a_clean[:, :, u])
+    for k in range(3):
+        emb = a_corr[:, :, 0] + k / 3 * (a_clean[:, :, 0] - a_corr[:, :, 0])
+        store = {}
+
+        def leaf(x, hook):
+            store["x"] = x.detach().clone().requires_grad_(True)
+            return store["x"]
+        logits = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: emb),
+                                                              ("blocks.1.attn.hook_result", leaf)])
+        (-C.logit_diff(logits, data).sum()).backward()
+        total += store["x"].grad[:, :, 0]
+    expected = ((a_corr[:, :, u] - a_clean[:, :, u]) * total / 3).sum() / len(data)
+    assert scores[u].sum().item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-7)
+    assert not torch.allclose(scores, C.edge_scores(bridge, graph, data, "eap"))
+
+
+def test_gqa_scores_and_patching_run(bridges):
+    bridge = bridges["llama"]
+    graph = C.Graph.from_bridge(bridge)
+    assert graph.n_kv_heads == 2 and graph.n_heads == 4
+    data = _data()
+    for m in ("eap", "gim"):
+        s = C.edge_scores(bridge, graph, data, m)
+        assert torch.isfinite(s).all() and s.abs().sum() > 0
+    curve = C.faithfulness_curve(bridge, graph, data, s, fractions=(0.1, 0.5, 1.0))
+    assert curve["points"][-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_areas_hand_worked():
+    assert C.cpr([0, 0.5, 1], [0, 1, 1]) == pytest.approx(0.75)
+    assert C.cmd([0, 0.5, 1], [0, 1, 1]) == pytest.approx(0.25)
+    assert C.cmd([0, 1], [2, 0]) == pytest.approx(1.0)  # |1-f| = 1, 1
+    x = np.array(C.FRACTIONS)
+    assert C.cpr(x, x) == pytest.approx((1 - 0.001**2) / 2)
+    assert C.cpr(x, np.ones_like(x)) == pytest.approx(0.999)
+    assert C.cmd(x, np.ones_like(x)) == pytest.approx(0.0)
+
+
+def test_mib_json_roundtrip(tmp_path):
+    g = C.Graph.build(2, 2, 16)
+    torch.manual_seed(0)
+    scores = torch.randn(g.valid.shape) * g.valid
+    in_graph = C.top_edges(g, scores, 5, absolute=True)
+    C.save_mib_json(tmp_path / "c.json", g, scores, in_graph)
+    import json
+    d = json.loads((tmp_path / "c.json").read_text())
+    assert d["cfg"] == {"n_layers": 2, "n_heads": 2, "parallel_attn_mlp": False, "d_model": 16}
+    assert len(d["edges"]) == g.n_edges and sum(e["in_graph"] for e in d["edges"].values()) == 5
+    assert set(d["nodes"]) == set(g.forward) | {"logits"}
+    g2, s2, ig2 = C.from_mib_json(tmp_path / "c.json")
+    assert torch.allclose(s2, scores) and torch.equal(ig2, in_graph)
+    top = max(d["edges"].items(), key=lambda kv: abs(kv[1]["score"]))
+    assert top[1]["in_graph"]

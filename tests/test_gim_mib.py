@@ -1,0 +1,89 @@
+"""MIB path: tiny random models of each architecture and a MIB-format dataset written here."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+warnings.filterwarnings("ignore")
+
+from selfrepair import circuits as C  # noqa: E402
+from selfrepair.models import build_gpt2_toy, gpt2_toy_config, save_model  # noqa: E402
+from selfrepair.tasks import mib  # noqa: E402
+from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
+
+VOCAB = ["<pad>", "<bos>"] + [f"t{i}" for i in range(30)]
+
+
+def _models(root):
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
+
+    kw = dict(vocab_size=len(VOCAB), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, head_dim=4)
+    torch.manual_seed(0)
+    models = {
+        "gpt2": build_gpt2_toy(gpt2_toy_config(len(VOCAB), 2, 2, 16, 32, 64), seed=1, positional=True),
+        "llama": LlamaForCausalLM(LlamaConfig(**kw)),
+        "qwen2": Qwen2ForCausalLM(Qwen2Config(**kw)),
+        "gemma2": Gemma2ForCausalLM(Gemma2Config(**kw)),
+    }
+    for name, m in models.items():
+        save_model(m, root / name)
+        save_word_tokenizer(root / name, VOCAB)
+    return {name: str(root / name) for name in models}
+
+
+def _datasets(root):
+    g = torch.Generator().manual_seed(0)
+
+    def words(n):
+        return " ".join(f"t{int(i)}" for i in torch.randint(10, 30, (n,), generator=g))
+    ioi, ari, mcqa = [], [], []
+    for i in range(8):
+        io, s = f"t{i}", f"t{i + 1}"
+        body = words(4)
+        ioi.append({"prompt": f"{io} {s} {body} {s}", "metadata": {"indirect_object": io, "subject": s},
+                    "s2_io_flip_counterfactual": {"prompt": f"{io} {s} {body} {io}"}})
+        ari.append({"prompt": f"t{i} t{i + 2} t9", "label": f"t{2 * i + 2}",
+                    "random_counterfactual": {"prompt": f"t{i + 1} t{i + 3} t9", "label": f"t{2 * i + 4}"}})
+        mcqa.append({"prompt": f"{words(3)} t1 t2 t3", "choices": {"label": ["t1", "t2", "t3"], "text": ["a", "b", "c"]},
+                     "answerKey": i % 3,
+                     "symbol_counterfactual": {"prompt": f"{words(3)} t2 t3 t1",
+                                               "choices": {"label": ["t2", "t3", "t1"], "text": ["a", "b", "c"]},
+                                               "answerKey": i % 3}})
+    for name, rows in (("ioi", ioi), ("arithmetic_addition", ari), ("copycolors_mcqa", mcqa)):
+        (root / name).mkdir(parents=True)
+        (root / name / "test.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return ioi, ari, mcqa
+
+
+def test_answers_follow_mib_fields(tmp_path):
+    ioi, ari, mcqa = _datasets(tmp_path)
+    assert mib.answers("ioi", ioi[0]) == (ioi[0]["prompt"], ioi[0]["s2_io_flip_counterfactual"]["prompt"], "t0", "t1")
+    assert mib.answers("arithmetic_addition", ari[1])[2:] == ("t4", "t6")
+    # answerKey 1: clean symbol t2; counterfactual labels t2 t3 t1 -> t3
+    assert mib.answers("copycolors_mcqa", mcqa[1])[2:] == ("t2", "t3")
+    with pytest.raises(mib.DatasetNotFound):
+        mib.resolve_dataset("arc_easy", [str(tmp_path)])
+
+
+def test_run_mib_on_tiny_architectures(tmp_path):
+    paths = _models(tmp_path / "models")
+    _datasets(tmp_path / "data")
+    models = [paths["gpt2"], paths["llama"], paths["qwen2"], paths["gemma2"], str(tmp_path / "absent")]
+    datasets = ["ioi", "arithmetic_addition", "copycolors_mcqa", "arc_easy"]
+    status, table, curves = C.run_mib(models, datasets, ["gim"], n_eval=6,
+                                      search_paths=[str(tmp_path / "data")], batch_size=6, fractions=(0.1, 1.0))
+    st = status.set_index(["model", "dataset"]).status
+    for m in ("gpt2", "llama", "qwen2"):
+        for d in ("ioi", "arithmetic_addition", "copycolors_mcqa"):
+            assert st[(paths[m], d)] == "ran"
+        assert st[(paths[m], "arc_easy")] == "not run"
+    assert (status[status.model == paths["gemma2"]].status == "not run").all()
+    assert status[status.model == paths["gemma2"]].reason.str.contains("Gemma-2").all()
+    assert (status[status.model == str(tmp_path / "absent")].status == "not run").all()
+    assert len(table) == 3 * 3 and table[["cpr", "cmd"]].notna().all().all()
+    full = curves[curves.fraction == 1.0]
+    assert (full.faithfulness - 1).abs().max() < 1e-3

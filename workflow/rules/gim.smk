@@ -1,0 +1,352 @@
+# Paper C: GIM (gradient interaction modifications) and MIB-style circuit localization.
+# toy tasks:  results/gim/{task}/{gmodel}/model -> localization.csv, curves.csv,
+#             circuits/{method}.json (MIB format)
+# tables:     results/gim/tables/localization.csv, curves.csv; speed.csv
+#             selfrepair_{occurrences,ablations}.csv -> tables/selfrepair.csv
+# attribution: results/gim/classify/{gmodel}/model -> feature_attribution.csv
+#             -> tables/feature_attribution.csv
+# MIB:        results/gim/mib/status.csv, localization.csv (models/datasets present locally)
+# -> results/gim/figures/faithfulness.png, selfrepair.png, results/published/gim.csv
+
+
+# The gim section is validated (defaults filled in) in common.smk.
+
+GIM = config["gim"]
+G_DIR = "results/gim"
+G_MODELS = {
+    m["name"]: {k: v for k, v in m.items() if k != "name"} for m in GIM["models"]
+}
+G_CLAIMS = (
+    config["published"]
+    if Path(config["published"]).exists()
+    else str(Path(workflow.basedir) / config["published"])
+)
+G_TRAIN_CODE = (
+    "train",
+    "models",
+    "tasks/counterfactual",
+    "tasks/mcqa",
+    "tasks/arithmetic",
+    "tasks/classify",
+    "tasks/ioi",
+)
+G_CODE_FA = (
+    "gim",
+    "feature_attribution",
+    "tasks/classify",
+    "tasks/counterfactual",
+    "models",
+)
+G_CODE = ("gim", "circuits", "tasks/counterfactual", "tasks/mcqa", "tasks/arithmetic")
+
+
+wildcard_constraints:
+    gtask="|".join(GIM["tasks"] + ["classify"]),
+    gmodel="|".join(G_MODELS),
+
+
+register(
+    "gim",
+    [
+        f"{G_DIR}/figures/faithfulness.png",
+        f"{G_DIR}/tables/localization.csv",
+        f"{G_DIR}/tables/speed.csv",
+        f"{G_DIR}/figures/selfrepair.png",
+        f"{G_DIR}/tables/selfrepair.csv",
+        f"{G_DIR}/tables/feature_attribution.csv",
+        f"{G_DIR}/mib/status.csv",
+        "results/published/gim.csv",
+    ],
+)
+
+
+rule gim_train:
+    output:
+        model=directory(f"{G_DIR}/{{gtask}}/{{gmodel}}/model"),
+    log:
+        "logs/gim/train_{gtask}_{gmodel}.log",
+    benchmark:
+        "benchmarks/gim/train_{gtask}_{gmodel}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    params:
+        task="{gtask}",
+        model=lambda w: G_MODELS[w.gmodel],
+        seed=GIM["seed"],
+        train=GIM["train"],
+        device=DEVICE,
+        code=code_hash(*G_TRAIN_CODE),
+    script:
+        "../../scripts/gim_train.py"
+
+
+rule gim_localize:
+    input:
+        model=f"{G_DIR}/{{gtask}}/{{gmodel}}/model",
+    output:
+        summary=f"{G_DIR}/{{gtask}}/{{gmodel}}/localization.csv",
+        curves=f"{G_DIR}/{{gtask}}/{{gmodel}}/curves.csv",
+        circuits=directory(f"{G_DIR}/{{gtask}}/{{gmodel}}/circuits"),
+    log:
+        "logs/gim/localize_{gtask}_{gmodel}.log",
+    benchmark:
+        "benchmarks/gim/localize_{gtask}_{gmodel}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    params:
+        task="{gtask}",
+        model_name="{gmodel}",
+        methods=GIM["methods"],
+        n_eval=GIM["n_eval"],
+        data_seed=GIM["data_seed"],
+        batch_size=GIM["batch_size"],
+        ig_steps=GIM["ig_steps"],
+        fractions=GIM["fractions"],
+        circuit_fraction=GIM["circuit_fraction"],
+        device=DEVICE,
+        code=code_hash(*G_CODE, "models"),
+    script:
+        "../../scripts/gim_localize.py"
+
+
+rule gim_tables:
+    input:
+        summaries=expand(
+            f"{G_DIR}/{{gtask}}/{{gmodel}}/localization.csv",
+            gtask=GIM["tasks"],
+            gmodel=list(G_MODELS),
+        ),
+        curves=expand(
+            f"{G_DIR}/{{gtask}}/{{gmodel}}/curves.csv",
+            gtask=GIM["tasks"],
+            gmodel=list(G_MODELS),
+        ),
+    output:
+        table=report(
+            f"{G_DIR}/tables/localization.csv",
+            caption="../report/gim_localization.rst",
+            category="Paper C",
+        ),
+        curves=f"{G_DIR}/tables/curves.csv",
+    log:
+        "logs/gim/tables.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    script:
+        "../../scripts/gim_tables.py"
+
+
+rule gim_faithfulness_figure:
+    input:
+        curves=f"{G_DIR}/tables/curves.csv",
+    output:
+        report(
+            f"{G_DIR}/figures/faithfulness.png",
+            caption="../report/gim_faithfulness.rst",
+            category="Paper C",
+        ),
+    log:
+        "logs/gim/faithfulness_figure.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    script:
+        "../../scripts/gim_plot_faithfulness.py"
+
+
+rule gim_speed:
+    input:
+        model=f"{G_DIR}/{GIM['speed']['task']}/{GIM['speed']['model']}/model",
+    output:
+        report(
+            f"{G_DIR}/tables/speed.csv",
+            caption="../report/gim_speed.rst",
+            category="Paper C",
+        ),
+    log:
+        "logs/gim/speed.log",
+    benchmark:
+        "benchmarks/gim/speed.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    params:
+        task=GIM["speed"]["task"],
+        model_name=GIM["speed"]["model"],
+        n_eval=GIM["speed"]["n_eval"],
+        data_seed=GIM["data_seed"],
+        batch_size=GIM["batch_size"],
+        device=DEVICE,
+        code=code_hash(*G_CODE, "models"),
+    script:
+        "../../scripts/gim_speed.py"
+
+
+rule gim_published:
+    input:
+        claims=G_CLAIMS,
+        localization=f"{G_DIR}/tables/localization.csv",
+        selfrepair=f"{G_DIR}/tables/selfrepair.csv",
+        fa=f"{G_DIR}/tables/feature_attribution.csv",
+        mib=f"{G_DIR}/mib/localization.csv",
+    output:
+        csv=report(
+            "results/published/gim.csv",
+            caption="../report/published.rst",
+            category="Published vs reproduced",
+        ),
+    log:
+        "logs/gim/published.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        code=code_hash("published", "circuits", "selfrepair_attention"),
+    script:
+        "../../scripts/gim_published.py"
+
+
+rule gim_selfrepair:
+    input:
+        model=f"{G_DIR}/{{gtask}}/{{gmodel}}/model",
+    output:
+        occurrences=f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_occurrences.csv",
+        ablations=f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_ablations.csv",
+    log:
+        "logs/gim/selfrepair_{gtask}_{gmodel}.log",
+    benchmark:
+        "benchmarks/gim/selfrepair_{gtask}_{gmodel}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    params:
+        task="{gtask}",
+        model_name="{gmodel}",
+        n_inputs=GIM["selfrepair"]["n_inputs"],
+        threshold=GIM["selfrepair"]["threshold"],
+        data_seed=GIM["data_seed"],
+        device=DEVICE,
+        code=code_hash(*G_CODE, "selfrepair_attention", "models"),
+    script:
+        "../../scripts/gim_selfrepair.py"
+
+
+rule gim_selfrepair_table:
+    input:
+        occurrences=expand(
+            f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_occurrences.csv",
+            gtask=GIM["tasks"],
+            gmodel=list(G_MODELS),
+        ),
+        ablations=expand(
+            f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_ablations.csv",
+            gtask=GIM["tasks"],
+            gmodel=list(G_MODELS),
+        ),
+    output:
+        summary=report(
+            f"{G_DIR}/tables/selfrepair.csv",
+            caption="../report/gim_selfrepair_table.rst",
+            category="Paper C",
+        ),
+        occurrences=f"{G_DIR}/tables/selfrepair_occurrences.csv",
+        ablations=f"{G_DIR}/tables/selfrepair_ablations.csv",
+    log:
+        "logs/gim/selfrepair_table.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        code=code_hash("selfrepair_attention"),
+    script:
+        "../../scripts/gim_selfrepair_table.py"
+
+
+rule gim_selfrepair_figure:
+    input:
+        occurrences=f"{G_DIR}/tables/selfrepair_occurrences.csv",
+        ablations=f"{G_DIR}/tables/selfrepair_ablations.csv",
+    output:
+        report(
+            f"{G_DIR}/figures/selfrepair.png",
+            caption="../report/gim_selfrepair.rst",
+            category="Paper C",
+        ),
+    log:
+        "logs/gim/selfrepair_figure.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    script:
+        "../../scripts/gim_plot_selfrepair.py"
+
+
+rule gim_fa:
+    input:
+        model=f"{G_DIR}/classify/{{gmodel}}/model",
+    output:
+        f"{G_DIR}/classify/{{gmodel}}/feature_attribution.csv",
+    log:
+        "logs/gim/fa_{gmodel}.log",
+    benchmark:
+        "benchmarks/gim/fa_{gmodel}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    params:
+        model_name="{gmodel}",
+        n_examples=GIM["fa"]["n_examples"],
+        ig_steps=GIM["fa"]["ig_steps"],
+        methods=GIM["fa"]["methods"],
+        data_seed=GIM["data_seed"],
+        device=DEVICE,
+        code=code_hash(*G_CODE_FA),
+    script:
+        "../../scripts/gim_fa.py"
+
+
+rule gim_fa_table:
+    input:
+        expand(
+            f"{G_DIR}/classify/{{gmodel}}/feature_attribution.csv",
+            gmodel=list(G_MODELS),
+        ),
+    output:
+        report(
+            f"{G_DIR}/tables/feature_attribution.csv",
+            caption="../report/gim_feature_attribution.rst",
+            category="Paper C",
+        ),
+    log:
+        "logs/gim/fa_table.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        code=code_hash("feature_attribution"),
+    script:
+        "../../scripts/gim_fa_table.py"
+
+
+rule gim_mib:
+    output:
+        status=f"{G_DIR}/mib/status.csv",
+        table=f"{G_DIR}/mib/localization.csv",
+        curves=f"{G_DIR}/mib/curves.csv",
+    log:
+        "logs/gim/mib.log",
+    benchmark:
+        "benchmarks/gim/mib.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    params:
+        models=GIM["mib"]["models"],
+        datasets=GIM["mib"]["datasets"],
+        search_paths=GIM["mib"]["search_paths"],
+        n_eval=GIM["mib"]["n_eval"],
+        batch_size=GIM["mib"]["batch_size"],
+        methods=GIM["methods"],
+        ig_steps=GIM["ig_steps"],
+        fractions=GIM["fractions"],
+        device=DEVICE,
+        code=code_hash(*G_CODE, "tasks/mib", "models"),
+    script:
+        "../../scripts/gim_mib.py"
