@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report clean-env
+.PHONY: env reproduce test lint report clean-env reference
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,3 +44,13 @@ envs/selfrepair.yaml: requirements.lock
 	  echo "name: selfrepair"; echo "channels: [conda-forge]"; echo "dependencies:"; \
 	  echo "  - python=3.11"; echo "  - pip"; echo "  - pip:"; \
 	  sed 's/^/      - /' requirements.lock; echo "      - -e ../"; } > $@
+
+# Copy a finished default run's key tables into results/reference/ and render them into
+# README.md (run after `make reproduce`; commit the result deliberately).
+reference: env
+	mkdir -p results/reference
+	cp results/published/summary.csv results/reference/published_summary.csv
+	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
+	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
+	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
+	$(BIN)/python -m selfrepair.readme_table

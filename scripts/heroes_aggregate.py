@@ -26,6 +26,7 @@ seeds = T.seeds_table(roles, ood, train, red)
 o = smk.output
 seeds.to_csv(o.seeds, index=False)
 T.rho_summary(seeds).to_csv(o.rho, index=False)
+T.run_summary(seeds).to_csv(o.run_summary, index=False)
 roles.to_csv(o.components, index=False)
 T.roles_by_layer(roles, p.thresholds).to_csv(o.roles_by_layer, index=False)
 T.role_stability(roles).to_csv(o.role_stability, index=False)

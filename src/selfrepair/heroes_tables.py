@@ -192,3 +192,28 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
             f"sink mass {h['sink_mass'].mean():.3f} vs {b['sink_mass'].mean():.3f} ({len(h)} hero, {len(b)} bloat heads)",
         )
     return out
+
+
+def run_summary(seeds: pd.DataFrame) -> pd.DataFrame:
+    """Per task: seeds run, kept and skipped, training steps, OOD length and rho."""
+    rows = []
+    for task, s in seeds.groupby("task", sort=False):
+        kept = s[s["status"] == "kept"]
+        rows.append(
+            {
+                "task": task,
+                "seeds": len(s),
+                "kept": len(kept),
+                "skipped": int((s["status"] != "kept").sum()),
+                "reached_90pct": int(s["reached_target"].sum()),
+                "train_steps_mean": float(s["train_steps"].mean()),
+                "train_steps_max": int(s["train_steps"].max()),
+                "N_values": " ".join(str(int(n)) for n in kept["N"]),
+                "rho_mean": float(kept["rho"].mean()) if len(kept) else np.nan,
+                "rho_sd": float(kept["rho"].std(ddof=1)) if len(kept) > 1 else np.nan,
+                "rho_zero_mean": float(kept["rho_zero"].mean()) if len(kept) else np.nan,
+                "heroes_per_seed": float(kept["n_heroes"].mean()) if len(kept) else np.nan,
+                "bloats_per_seed": float(kept["n_bloats"].mean()) if len(kept) else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)

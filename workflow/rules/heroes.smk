@@ -205,6 +205,12 @@ rule heroes_aggregate:
             category="Paper A: Hidden Heroes",
             subcategory="Tables",
         ),
+        run_summary=report(
+            f"{H_TABLES}/run_summary.csv",
+            caption="../report/heroes_tables.rst",
+            category="Paper A: Hidden Heroes",
+            subcategory="Tables",
+        ),
         components=report(
             f"{H_TABLES}/components.csv",
             caption="../report/heroes_tables.rst",
