@@ -138,18 +138,28 @@ def test_tiny_run_is_complete_resumes_and_is_deterministic(tiny_run):
     d, args = tiny_run
     r = snakemake("-n", *args)
     assert "Nothing to be done" in r.stdout + r.stderr
-    # Lose one seed's downstream files (as an interrupted run would): only they rerun,
-    # and they come back identical.
+    # An interrupted run: one seed's analysis, the aggregate tables, the figures and the
+    # published table are missing. Rerunning the default target rebuilds exactly those
+    # (no training, no scoring), and they come back identical.
     seed_dir = d / "results/heroes/sort/seed42"
+    tables = d / "results/heroes/tables"
     before = {f: (seed_dir / f).read_bytes() for f in ("roles.csv", "redundancy.csv", "pruning.csv")}
+    before_tables = {f.name: f.read_bytes() for f in tables.glob("*.csv")}
     before_scores = (seed_dir / "ablations.csv").read_bytes()
     for f in before:
         (seed_dir / f).unlink()
+    shutil.rmtree(tables)
+    shutil.rmtree(d / "results/heroes/figures")
+    shutil.rmtree(d / "results/published")
     r = snakemake("-n", *args)
-    assert "heroes_train" not in r.stdout and "heroes_scores" not in r.stdout
+    planned = r.stdout + r.stderr
+    assert "heroes_roles" in planned and "heroes_aggregate" in planned
+    assert "heroes_train" not in planned and "heroes_scores" not in planned
     snakemake("--cores", "2", *args)
     for f, content in before.items():
         assert (seed_dir / f).read_bytes() == content, f
+    for name, content in before_tables.items():
+        assert (tables / name).read_bytes() == content, name
     assert (seed_dir / "ablations.csv").read_bytes() == before_scores
 
 
@@ -160,7 +170,10 @@ def test_strict_mode_fails_on_differs(tiny_run):
     assert (pub["status"] == "differs").any()  # the tiny model is not the paper's
     r = snakemake("--cores", "1", *args, "strict=True", "-R", "published_summary", check=False)
     assert r.returncode != 0
-    assert "strict mode" in r.stdout + r.stderr
+    log = (d / "logs" / "published_summary.log").read_text()
+    assert "strict mode" in log and "published numbers differ" in log
+    assert not (d / "results" / "published" / "summary.csv").exists()
+    snakemake("--cores", "1", *args)  # restore it for the tests that follow
 
 
 @pytest.mark.slow
@@ -171,7 +184,8 @@ def test_corrupted_checkpoint_fails_clearly_and_loses_nothing(tiny_run, tmp_path
     other = (d / "results/heroes/reverse/seed123/ablations.csv").read_bytes()
     try:
         weights.write_bytes(saved[:200])
-        r = snakemake("--cores", "1", *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", str(d / "results/heroes/reverse/seed42/ood.json"), check=False)
+        target = "results/heroes/reverse/seed42/ood.json"  # relative to --directory
+        r = snakemake("--cores", "1", *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", target, check=False)
         assert r.returncode != 0
         log = (d / "logs/heroes/reverse/seed42/ood.log").read_text()
         assert "cannot load the checkpoint" in log and "seed42/model" in log
@@ -187,13 +201,13 @@ def test_cluster_path_submits_polls_and_collects(tiny_run):
     through submission, status polling and collection."""
     d, args = tiny_run
     prof = ROOT / "workflow" / "profiles" / "local-cluster"
-    target = "results/heroes/sort/seed123/roles.csv"
+    target = "results/heroes/sort/seed123/ood.json"  # heroes_ood is not a localrule
     before = (d / target).read_bytes()
     r = snakemake(
         "--workflow-profile", str(prof),
         "--cluster-generic-submit-cmd", str(prof / "submit.sh"),
         "--cluster-generic-status-cmd", str(prof / "status.sh"),
-        *args, "-R", "heroes_roles", "--", target,
+        *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", target,
     )
     out = r.stdout + r.stderr
     assert "Submitted job" in out and "Finished jobid" in out

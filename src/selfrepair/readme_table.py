@@ -57,8 +57,8 @@ def _plain(df: pd.DataFrame) -> str:
 
 def render(readme: str, parts: dict[str, str]) -> str:
     for name, md in parts.items():
-        pat = re.compile(rf"(<!-- {name}:start -->\n).*?(\n<!-- {name}:end -->)", re.S)
-        readme = pat.sub(lambda m: m.group(1) + md + m.group(2), readme)
+        pat = re.compile(rf"(<!-- {name}:start -->\n)(?:.*?\n)?(<!-- {name}:end -->)", re.S)
+        readme = pat.sub(lambda m: m.group(1) + md + "\n" + m.group(2), readme)
     return readme
 
 
