@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report clean-env reference
+.PHONY: env reproduce test lint report clean-env reference grid-full
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -53,4 +53,14 @@ reference: env
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
+	cp results/coax/tables/ioi_summary.csv results/reference/coax_ioi_summary.csv
+	cp results/gim/tables/localization.csv results/reference/gim_localization.csv
+	for t in rho claims superadditivity noise roles_by_layer; do \
+	  cp results/heroes/grid/tables/$$t.csv results/reference/heroes_grid_$$t.csv; done
+	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
 	$(BIN)/python -m selfrepair.readme_table
+
+# Paper A's full protocol grid (issue 5): every switch flipped alone, 10 seeds for the
+# default and the authors'-code cells. The reference tables come from this run.
+grid-full: env
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml config/grid_full.yaml $(SNAKEMAKE_ARGS)

@@ -12,6 +12,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/heroes.smk"
+include: "workflow/rules/heroes_grid.smk"
 include: "workflow/rules/coax.smk"
 include: "workflow/rules/gim.smk"
 include: "workflow/rules/published.smk"

@@ -116,6 +116,45 @@ def test_tiny_run_outputs_exist_and_agree(tiny_run):
 
 
 @pytest.mark.slow
+def test_tiny_protocol_grid(tiny_run):
+    """The protocol grid on the tiny config: cells default, site and authors."""
+    d, _ = tiny_run
+    g = d / "results" / "heroes" / "grid"
+    for f in ("rho", "rho_vs_n", "superadditivity"):
+        for ext in ("png", "pdf"):
+            assert (g / "figures" / f"{f}.{ext}").stat().st_size > 1000
+    comps = pd.read_csv(g / "tables" / "components.csv")
+    cells = comps.groupby("cell")["seed"].unique().map(sorted).to_dict()
+    assert cells == {"default": [42, 123], "site": [42], "authors": [42, 123]}
+    # The default cell measures G and C again with other code (raw G rescaled, its own
+    # ablation loop): it must give the main pipeline's numbers on the same models.
+    main = read(d, "components.csv")
+    main = main[main["status"] == "kept"].set_index(["task", "seed", "component"]).sort_index()
+    dflt = comps[(comps["cell"] == "default") & (comps["status"] == "kept")].set_index(["task", "seed", "component"]).sort_index()
+    assert list(dflt.index) == list(main.index)
+    assert list(dflt["G"]) == pytest.approx(list(main["G"]), rel=1e-6)
+    assert list(dflt["C"]) == pytest.approx(list(main["C"]), abs=1e-6)
+    # the site cell shares G and the MLPs' C with the default cell; heads move
+    site = comps[comps["cell"] == "site"].set_index(["task", "seed", "component"])
+    both = dflt.loc[site.index]
+    assert list(site["G"]) == pytest.approx(list(both["G"]))
+    mlp = site["kind"] == "mlp"
+    assert list(site.loc[mlp, "C"]) == pytest.approx(list(both.loc[mlp, "C"]))
+    # the authors' cell trained its own models under its protocol
+    for task in ("reverse", "sort"):
+        meta = yaml.safe_load((g / "train" / "per_example-torch" / task / "seed42" / "train.json").read_text())
+        assert meta["protocol"] == {"padding": "per_example", "init": "torch"}
+    authors = comps[(comps["cell"] == "authors") & (comps["status"] == "kept")]
+    assert (authors["n_eval"] == 100).all()
+    rho = pd.read_csv(g / "tables" / "rho.csv")
+    assert set(rho["cell"]) == {"default", "site", "authors"}
+    noise = pd.read_csv(g / "tables" / "noise.csv")
+    assert sorted(noise["n"].unique()) == [50, 100, 200]
+    claims = pd.read_csv(g / "tables" / "claims.csv")
+    assert set(claims["status"]) <= {"reproduced", "differs", "not run"}
+
+
+@pytest.mark.slow
 def test_tiny_run_matches_golden_values(tiny_run):
     """Regression: a code change that moves a number fails here until tests/golden is
     deliberately regenerated (python tests/golden/update.py)."""
@@ -131,6 +170,13 @@ def test_tiny_run_matches_golden_values(tiny_run):
     gcomps = pd.read_csv(GOLDEN / "heroes_tiny_components.csv").set_index(["task", "seed", "component"]).sort_index()
     assert list(comps["G"]) == pytest.approx(list(gcomps["G"]), rel=0.02)
     assert list(comps["C"]) == pytest.approx(list(gcomps["C"]), abs=0.02)
+    grid = pd.read_csv(d / "results/heroes/grid/tables/seeds.csv").set_index(["cell", "task", "seed"]).sort_index()
+    ggrid = pd.read_csv(GOLDEN / "heroes_tiny_grid.csv").set_index(["cell", "task", "seed"]).sort_index()
+    assert list(grid.index) == list(ggrid.index)
+    for col in ("N", "heroes", "bloats"):
+        assert list(grid[col].fillna(-1)) == list(ggrid[col].fillna(-1)), col
+    for col in ("baseline_acc", "rho"):
+        assert list(grid[col].fillna(-9)) == pytest.approx(list(ggrid[col].fillna(-9)), abs=0.02), col
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ REFERENCE = ROOT / "results" / "reference"
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:.3g}"
+        return "" if v != v else f"{v:.3g}"
     s = str(v)
     return "" if s == "nan" else s.replace("|", "/")
 
@@ -41,11 +41,41 @@ def blocks() -> dict[str, str]:
     f = REFERENCE / "published_summary.csv"
     if f.exists():
         out["published"] = published_markdown(f)
-    for name in ("heroes_rho", "heroes_run", "benchmark_heroes"):
+    for name in ("heroes_rho", "heroes_run", "benchmark_heroes", "heroes_grid_rho", "heroes_grid_noise", "coax_ioi_summary", "gim_localization"):
         f = REFERENCE / f"{name}.csv"
         if f.exists():
             out[name] = _plain(pd.read_csv(f))
+    f = REFERENCE / "heroes_grid_claims.csv"
+    if f.exists():
+        out["heroes_grid_claims"] = grid_claims_markdown(pd.read_csv(f))
+    f = REFERENCE / "heroes_grid_superadditivity.csv"
+    if f.exists():
+        sup = pd.read_csv(f)
+        out["heroes_grid_superadditivity"] = _plain(sup[sup["group"] == "bloat"])
+    f = REFERENCE / "runtime.csv"
+    if f.exists():
+        rt = pd.read_csv(f)
+        out["runtime"] = _plain(rt[rt["step"].isin(["all", "train", "measure", "probe", "scores"])])
     return out
+
+
+def grid_claims_markdown(df: pd.DataFrame) -> str:
+    """One row per published claim, one column per protocol cell: the measured value,
+    bold where it is within the claim's tolerance of the published one."""
+    cells = list(dict.fromkeys(df["cell"]))
+    lines = ["| claim | published | " + " | ".join(cells) + " |", "|---|---|" + "---|" * len(cells)]
+    for cid, s in df.groupby("id", sort=False):
+        s = s.set_index("cell")
+        vals = []
+        for c in cells:
+            if c not in s.index or s.loc[c, "status"] == "not run":
+                vals.append("")
+                continue
+            v = _fmt(float(s.loc[c, "value"]))
+            vals.append(f"**{v}**" if s.loc[c, "status"] == "reproduced" else v)
+        first = s.iloc[0]
+        lines.append(f"| {cid} | {_fmt(first['published'])} +- {_fmt(first['tolerance'])} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
 
 
 def _plain(df: pd.DataFrame) -> str:

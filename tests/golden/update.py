@@ -29,6 +29,7 @@ with tempfile.TemporaryDirectory() as d:
         "--configfile", str(ROOT / "config/config.yaml"), str(ROOT / "config/test.yaml"),
         "--config", "papers=[heroes]", "device=cpu",
         "--", "results/heroes/tables/seeds.csv", "results/heroes/tables/components.csv",
+        "results/heroes/grid/tables/seeds.csv",
     ]
     subprocess.run(cmd, check=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     seeds = pd.read_csv(d / "results/heroes/tables/seeds.csv")
@@ -36,4 +37,6 @@ with tempfile.TemporaryDirectory() as d:
     seeds[cols].to_csv(HERE / "heroes_tiny_seeds.csv", index=False)
     comps = pd.read_csv(d / "results/heroes/tables/components.csv")
     comps[["task", "seed", "component", "G", "C", "C_zero", "delta", "role"]].to_csv(HERE / "heroes_tiny_components.csv", index=False)
+    grid = pd.read_csv(d / "results/heroes/grid/tables/seeds.csv")
+    grid[["cell", "task", "seed", "status", "N", "baseline_acc", "rho", "heroes", "bloats"]].to_csv(HERE / "heroes_tiny_grid.csv", index=False)
     print("golden values written to", HERE)

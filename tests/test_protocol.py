@@ -1,0 +1,181 @@
+"""Paper A's protocol grid: cells, the authors' ablation site, per-cell statistics."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from selfrepair import grid, grid_tables, heroes, interventions, models, protocol
+from selfrepair import components as C
+from selfrepair.tasks import sequences as S
+
+BASE = {"padding": "per_batch", "init": "transformers", "g_normalization": "sqrt", "site": "hook_z", "n_eval": 1000, "role_boundary": "inclusive"}
+
+
+def test_cells_flip_one_switch_and_authors_flips_all():
+    assert grid.cell_protocol("default", BASE) == BASE
+    p = grid.cell_protocol("padding", BASE)
+    assert p == {**BASE, "padding": "per_example"}
+    assert grid.cell_protocol("n_eval", BASE)["n_eval"] == 100
+    authors = grid.cell_protocol("authors", BASE)
+    assert authors == {"padding": "per_example", "init": "torch", "g_normalization": "raw", "site": "attn_out_slice", "n_eval": 100, "role_boundary": "strict"}
+    # a base that already has the authors' value flips back to v3's
+    assert grid.cell_protocol("init", {**BASE, "init": "torch"})["init"] == "transformers"
+    assert grid.train_key(authors) == "per_example-torch"
+    assert grid.parse_train_key("per_example-torch") == ("per_example", "torch")
+    # only padding and init change training: every other cell shares the default models
+    assert {grid.train_key(grid.cell_protocol(c, BASE)) for c in grid.CELLS if not grid.SWITCHES.get(c, grid.Switch("", 0, 0, True)).trains} == {"per_batch-transformers"}
+    with pytest.raises(ValueError, match="unknown protocol cell 'shuffle'"):
+        grid.cell_protocol("shuffle", BASE)
+    with pytest.raises(ValueError, match="not a training key"):
+        grid.parse_train_key("per_batch")
+
+
+@pytest.mark.parametrize(
+    "delta, inclusive, strict",
+    [(-6.0, "hero", "aligned"), (-6.5, "hero", "hero"), (6.0, "bloat", "aligned"), (7.0, "bloat", "bloat"), (5.5, "aligned", "aligned")],
+)
+def test_role_boundary_at_exactly_the_threshold(delta, inclusive, strict):
+    assert protocol.classify(delta, 6, "inclusive") == inclusive
+    assert protocol.classify(delta, 6, "strict") == strict
+
+
+def test_c_scores_and_paired_se_by_hand():
+    correct = np.array([[1, 1, 0, 1], [0, 1, 0, 1], [1, 1, 1, 1]], bool)
+    c, se = protocol.c_scores(correct, 4)
+    # component 1: diffs 1,0,0,0 -> C 0.25, sd 0.5 -> SE 0.25; component 2: 0,0,-1,0
+    assert c == pytest.approx([0.25, -0.25])
+    assert se == pytest.approx([0.25, 0.25])
+    c2, _ = protocol.c_scores(correct, 2)
+    assert c2 == pytest.approx([0.5, 0.0])
+    with pytest.raises(ValueError, match="exceeds the 4 measured"):
+        protocol.c_scores(correct, 5)
+
+
+def test_within_noise_by_hand():
+    n = 100
+    base = np.ones(n, bool)
+    always_wrong = np.zeros(n, bool)  # C = 1 exactly, SE 0: far from everything
+    half = np.arange(n) % 2 == 0  # C = 0.5
+    almost = np.arange(n) % 2 == 0
+    almost[1] = True  # C = 0.49: within noise of 'half'
+    correct = np.stack([base, always_wrong, half, almost])
+    frac, zero = protocol.within_noise(correct)
+    # pairs: (wrong, half) d=0.5 se~0.05 -> out; (wrong, almost) out; (half, almost) d=0.01 -> within
+    assert frac == pytest.approx(1 / 3)
+    assert zero == 0
+
+
+def test_rho_by_sample_size_uses_disjoint_chunks():
+    n_seq = 1000
+    # four components with C = 0.1, 0.2, 0.3, 0.4 exactly in every chunk of 100 and 500
+    rows = [np.ones(n_seq, bool)]
+    for k in (1, 2, 3, 4):
+        r = np.ones(n_seq, bool)
+        for start in range(0, n_seq, 100):
+            r[start : start + 10 * k] = False
+        rows.append(r)
+    correct = np.stack(rows)
+    g = np.array([4.0, 3.0, 2.0, 1.0])  # opposite order: rho = -1 in every chunk
+    df = protocol.rho_by_sample_size(g, correct, [100, 500, 1000])
+    assert list(df.groupby("n").size()) == [10, 2, 1]
+    assert list(df["rho"]) == pytest.approx([-1.0] * 13)
+
+
+def test_superadditivity_ratio_of_means_with_bootstrap():
+    out = grid_tables.superadditivity([0.01, 0.03], [0.2, 0.4], n_boot=500)
+    assert out["ratio"] == pytest.approx(0.3 / 0.02)
+    assert out["n_seeds"] == 2
+    assert out["ci_lo"] <= out["ratio"] <= out["ci_hi"]
+    # seeds: (0.01, 0.2) alone gives 20, (0.03, 0.4) alone 13.3: the CI spans them
+    assert out["ci_lo"] == pytest.approx(0.4 / 0.03) and out["ci_hi"] == pytest.approx(20.0)
+    assert math.isnan(grid_tables.superadditivity([], [])["ratio"])
+
+
+def _hf_slice_logits(folder, tokens, layer, head, value):
+    """Reference: the Hugging Face module itself, its attention output (after c_proj,
+    with its bias) overwritten on the head's d_head-wide slice by a forward hook."""
+    hf = models.load_hf(folder)
+    dh = hf.config.n_embd // hf.config.n_head
+
+    def hook(mod, args, out):
+        a = out[0].clone()
+        a[..., head * dh : (head + 1) * dh] = value
+        return (a,) + tuple(out[1:])
+
+    h = hf.transformer.h[layer].attn.register_forward_hook(hook)
+    with torch.no_grad():
+        logits = hf(input_ids=tokens).logits
+    h.remove()
+    return logits
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_slice_site_matches_a_hugging_face_reference(tiny_folder, mode):
+    br = models.load_bridge(tiny_folder)
+    tokens = S.make_batch("sort", torch.randint(1, 100, (3, 5), generator=torch.Generator().manual_seed(2))).tokens
+    comps = C.all_components(2, 2)
+    means = interventions.component_means(br, [tokens], comps)
+    target = C.parse("L0H1")
+    hooks = protocol.ablation_hooks([[target]], 3, mode, means, "attn_out_slice", br.cfg.d_head)
+    with torch.no_grad():
+        ours = br.run_with_hooks(tokens, fwd_hooks=hooks)
+    value = 0.0 if mode == "zero" else means["blocks.0.attn.hook_z"][1]
+    ref = _hf_slice_logits(tiny_folder, tokens, 0, 1, value)
+    assert torch.allclose(ours, ref, atol=1e-4)
+    # and it is not the head's own ablation at hook_z
+    with torch.no_grad():
+        at_z = br.run_with_hooks(tokens, fwd_hooks=interventions.make_hooks([[target]], 3, mode, means))
+    assert not torch.allclose(ours, at_z, atol=1e-4)
+
+
+def test_exact_match_sets_at_hook_z_equals_the_main_pipeline(trained_sort_folder):
+    br = models.load_bridge(trained_sort_folder)
+    batch = S.eval_set("sort", 5, 64, seed=3)
+    comps = C.all_components(br.cfg.n_layers, br.cfg.n_heads)
+    means = interventions.component_means(br, [batch.tokens], comps)
+    sets = [[]] + [[c] for c in comps] + [comps[:3]]
+    ours = protocol.exact_match_sets(br, batch, sets, "mean", means, "hook_z", max_rows=100)
+    ref = heroes.ablation_correct(br, batch, sets, "mean", means)
+    assert torch.equal(ours, ref)
+    # the slice site leaves MLP rows unchanged and ablates the heads elsewhere
+    sl = protocol.exact_match_sets(br, batch, sets, "mean", means, "attn_out_slice")
+    mlp_rows = [1 + i for i, c in enumerate(comps) if not c.is_head]
+    assert torch.equal(sl[mlp_rows], ref[mlp_rows]) and torch.equal(sl[0], ref[0])
+
+
+def test_cell_components_normalizes_g_and_counts_roles():
+    names = ["L0H0", "L0MLP"]
+    g_raw = [64.0, 512.0]
+    numel = [4096, 65536]  # sqrt: 64, 256 -> G 1.0 and 2.0
+    correct = np.array([[1, 1], [0, 1], [1, 1]], bool)
+    sq = protocol.cell_components(names, g_raw, numel, correct, {**BASE, "n_eval": 2}, [1])
+    assert list(sq["G"]) == pytest.approx([1.0, 2.0])
+    assert list(sq["C"]) == pytest.approx([0.5, 0.0])
+    assert list(sq["delta"]) == pytest.approx([-1.0, 1.0])
+    assert list(sq["role_t1"]) == ["hero", "bloat"]
+    strict = protocol.cell_components(names, g_raw, numel, correct, {**BASE, "n_eval": 2, "role_boundary": "strict", "g_normalization": "raw"}, [1])
+    assert list(strict["G"]) == pytest.approx(g_raw)
+    assert list(strict["role_t1"]) == ["aligned", "aligned"]
+
+
+def test_claims_table_scales_layer_counts_and_marks_status():
+    rho = pd.DataFrame({"cell": ["default", "default"], "task": ["reverse", "sort"], "rho_mean": [0.7, 0.6]})
+    layers = pd.DataFrame({"cell": ["default"] * 2, "task": ["sort"] * 2, "threshold": [6, 6], "layer": [1, 3], "hero_per10": [0.0, 16.0], "bloat_per10": [22.0, 0.0]})
+    sup = pd.DataFrame({"cell": ["default"], "task": ["sort"], "group": ["bloat"], "mean_individual": [0.02], "mean_joint": [0.3], "ratio": [15.0]})
+    grad = pd.DataFrame({"cell": ["default"] * 2, "task": ["sort"] * 2, "layer": [1, 3], "G_mean": [0.17, 0.05]})
+    claims = [
+        {"id": "rho_reverse", "claim": "r", "value": 0.72, "tolerance": 0.08},
+        {"id": "rho_sort", "claim": "s", "value": 0.27, "tolerance": 0.24},
+        {"id": "sort_layer1_bloats", "claim": "b", "value": 21, "tolerance": 5},
+        {"id": "bloat_superadditivity", "claim": "x", "value": 14.0, "tolerance": 5.0},
+        {"id": "hero_ablation_reverse_pct", "claim": "h", "value": -36.4, "tolerance": 22.8},
+    ]
+    t = grid_tables.claims_table(rho, layers, sup, grad, claims, 6).set_index("id")
+    assert t.loc["rho_reverse", "status"] == "reproduced"
+    assert t.loc["rho_sort", "status"] == "differs"  # 0.6 - 0.27 > 0.24
+    assert t.loc["sort_layer1_bloats", "value"] == 22.0
+    assert t.loc["bloat_superadditivity", "status"] == "reproduced"
+    assert t.loc["hero_ablation_reverse_pct", "status"] == "not run"

@@ -1,0 +1,225 @@
+# Paper A's protocol grid (issue 5): which protocol choices move the published numbers.
+# Cells and their protocols: src/selfrepair/grid.py. Models are shared between cells of
+# one training key ({padding}-{init}); the default key's models are the main run's.
+# model -> heroes_grid_measure (every cell of that model) -> heroes_grid_tables -> figures
+import sys as _sys
+
+_sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from selfrepair import grid as _grid  # noqa: E402  pure Python: builds the DAG
+
+GRID = HEROES["grid"]
+GRID_BASE = _grid.base_protocol(HEROES)
+GRID_PROTO = {c: _grid.cell_protocol(c, GRID_BASE) for c in GRID["cells"]}
+GRID_MAIN_KEY = _grid.train_key(GRID_BASE)
+GRID_DIR = "results/heroes/grid"
+GRID_TABLES = f"{GRID_DIR}/tables"
+GRID_FIGS = f"{GRID_DIR}/figures"
+
+
+def grid_cell_seeds(cell):
+    return GRID["main_seeds"] if cell in ("default", "authors") else GRID["seeds"]
+
+
+GRID_JOBS = {}  # (training key, task, seed) -> cells measured on that model
+for _cell, _proto in GRID_PROTO.items():
+    for _task in H_TASKS:
+        for _seed in grid_cell_seeds(_cell):
+            GRID_JOBS.setdefault(
+                (_grid.train_key(_proto), _task, int(_seed)), []
+            ).append(_cell)
+
+
+def grid_model_dir(key, task, seed):
+    if key == GRID_MAIN_KEY:
+        return f"results/heroes/{task}/seed{seed}"
+    return f"{GRID_DIR}/train/{key}/{task}/seed{seed}"
+
+
+def grid_cells(wc):
+    cells = GRID_JOBS.get((wc.tkey, wc.task, int(wc.seed)))
+    if not cells:
+        raise WorkflowError(
+            f"no protocol cell uses model {wc.tkey}/{wc.task}/seed{wc.seed}"
+        )
+    return {c: GRID_PROTO[c] for c in cells}
+
+
+def grid_sweep(wc):
+    return GRID["n_eval_sweep"] if wc.tkey == GRID_MAIN_KEY else []
+
+
+def grid_n_measure(wc):
+    return max([p["n_eval"] for p in grid_cells(wc).values()] + list(grid_sweep(wc)))
+
+
+def grid_measured(name):
+    return [
+        f"{GRID_DIR}/measure/{k}/{t}/seed{s}/{name}" for (k, t, s) in sorted(GRID_JOBS)
+    ]
+
+
+wildcard_constraints:
+    tkey="per_(batch|example)-(transformers|torch)",
+
+
+GRID_FIGURES = {
+    "rho": ["seeds", "rho"],
+    "rho_vs_n": ["noise"],
+    "superadditivity": ["superadditivity"],
+}
+if GRID["cells"]:
+    register(
+        "heroes",
+        [f"{GRID_FIGS}/{f}.{ext}" for f in GRID_FIGURES for ext in ("png", "pdf")]
+        + [f"{GRID_TABLES}/claims.csv"],
+    )
+
+
+use rule heroes_train as heroes_grid_train with:
+    output:
+        model=directory(f"{GRID_DIR}/train/{{tkey}}/{{task}}/seed{{seed}}/model"),
+        log_csv=f"{GRID_DIR}/train/{{tkey}}/{{task}}/seed{{seed}}/train_log.csv",
+        meta=f"{GRID_DIR}/train/{{tkey}}/{{task}}/seed{{seed}}/train.json",
+    log:
+        "logs/heroes/grid/{tkey}/{task}/seed{seed}/train.log",
+    benchmark:
+        "benchmarks/heroes/grid/{tkey}/{task}/seed{seed}/train.tsv"
+    params:
+        task="{task}",
+        seed="{seed}",
+        model=lambda wc: {**HEROES["model"], "init": _grid.parse_train_key(wc.tkey)[1]},
+        train=lambda wc: {
+            **HEROES["train"],
+            "padding": _grid.parse_train_key(wc.tkey)[0],
+        },
+        max_length=max(HEROES["ood"]["lengths"]),
+        device=DEVICE,
+        code=code_hash("models", "train", "heroes", "tasks/sequences"),
+
+
+use rule heroes_ood as heroes_grid_ood with:
+    input:
+        model=f"{GRID_DIR}/train/{{tkey}}/{{task}}/seed{{seed}}/model",
+    output:
+        ood=f"{GRID_DIR}/train/{{tkey}}/{{task}}/seed{{seed}}/ood.json",
+        batches=f"{GRID_DIR}/train/{{tkey}}/{{task}}/seed{{seed}}/ood_batches.pt",
+    log:
+        "logs/heroes/grid/{tkey}/{task}/seed{seed}/ood.log",
+    benchmark:
+        "benchmarks/heroes/grid/{tkey}/{task}/seed{seed}/ood.tsv"
+
+
+rule heroes_grid_measure:
+    input:
+        model=lambda wc: grid_model_dir(wc.tkey, wc.task, wc.seed) + "/model",
+        ood=lambda wc: grid_model_dir(wc.tkey, wc.task, wc.seed) + "/ood.json",
+        batches=lambda wc: grid_model_dir(wc.tkey, wc.task, wc.seed) + "/ood_batches.pt",
+    output:
+        components=f"{GRID_DIR}/measure/{{tkey}}/{{task}}/seed{{seed}}/components.csv",
+        joint=f"{GRID_DIR}/measure/{{tkey}}/{{task}}/seed{{seed}}/joint.csv",
+        sweep=f"{GRID_DIR}/measure/{{tkey}}/{{task}}/seed{{seed}}/sweep.csv",
+    log:
+        "logs/heroes/grid/{tkey}/{task}/seed{seed}/measure.log",
+    benchmark:
+        "benchmarks/heroes/grid/{tkey}/{task}/seed{seed}/measure.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: config["threads"]
+    resources:
+        gpu=1 if DEVICE != "cpu" else 0,
+    params:
+        task="{task}",
+        seed="{seed}",
+        cells=grid_cells,
+        n_measure=grid_n_measure,
+        sweep=grid_sweep,
+        sweep_normalization=GRID_BASE["g_normalization"],
+        ablation=HEROES["scores"]["ablation"],
+        threshold=HEROES["roles"]["threshold"],
+        thresholds=HEROES["roles"]["thresholds"],
+        device=DEVICE,
+        code=code_hash(
+            "models",
+            "attribution",
+            "interventions",
+            "heroes",
+            "components",
+            "protocol",
+        ),
+    script:
+        "../../scripts/heroes_grid_measure.py"
+
+
+rule heroes_grid_tables:
+    input:
+        claims=config["published"],
+        components=grid_measured("components.csv"),
+        joint=grid_measured("joint.csv"),
+        sweep=grid_measured("sweep.csv"),
+    output:
+        seeds=f"{GRID_TABLES}/seeds.csv",
+        components=f"{GRID_TABLES}/components.csv",
+        rho=report(
+            f"{GRID_TABLES}/rho.csv",
+            caption="../report/heroes_grid.rst",
+            category="Paper A: protocol grid",
+        ),
+        roles_by_layer=report(
+            f"{GRID_TABLES}/roles_by_layer.csv",
+            caption="../report/heroes_grid.rst",
+            category="Paper A: protocol grid",
+        ),
+        superadditivity=report(
+            f"{GRID_TABLES}/superadditivity.csv",
+            caption="../report/heroes_grid.rst",
+            category="Paper A: protocol grid",
+        ),
+        noise=report(
+            f"{GRID_TABLES}/noise.csv",
+            caption="../report/heroes_grid.rst",
+            category="Paper A: protocol grid",
+        ),
+        claims=report(
+            f"{GRID_TABLES}/claims.csv",
+            caption="../report/heroes_grid.rst",
+            category="Paper A: protocol grid",
+        ),
+    log:
+        "logs/heroes/grid/tables.log",
+    localrule: True
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        protocols={c: _grid.describe(p) for c, p in GRID_PROTO.items()},
+        threshold=HEROES["roles"]["threshold"],
+        thresholds=HEROES["roles"]["thresholds"],
+        n_boot=GRID["n_boot"],
+        code=code_hash("grid_tables", "grid", "analysis", "published"),
+    script:
+        "../../scripts/heroes_grid_tables.py"
+
+
+for _fig, _tables in GRID_FIGURES.items():
+
+    rule:
+        name:
+            f"heroes_grid_fig_{_fig}"
+        input:
+            **{t: f"{GRID_TABLES}/{t}.csv" for t in _tables},
+        output:
+            report(
+                f"{GRID_FIGS}/{_fig}.png",
+                caption=f"../report/heroes_grid_{_fig}.rst",
+                category="Paper A: protocol grid",
+            ),
+            f"{GRID_FIGS}/{_fig}.pdf",
+        log:
+            f"logs/heroes/grid/fig_{_fig}.log",
+        localrule: True
+        conda:
+            "../../envs/selfrepair.yaml"
+        params:
+            figure=_fig,
+            code=code_hash("grid_plots", "plots"),
+        script:
+            "../../scripts/heroes_grid_figure.py"
