@@ -179,3 +179,11 @@ def test_claims_table_scales_layer_counts_and_marks_status():
     assert t.loc["sort_layer1_bloats", "value"] == 22.0
     assert t.loc["bloat_superadditivity", "status"] == "reproduced"
     assert t.loc["hero_ablation_reverse_pct", "status"] == "not run"
+    assert (t["change_vs_default"].fillna(0) == 0).all()  # only the default cell here
+    two = grid_tables.claims_table(
+        pd.concat([rho, rho.assign(cell="authors", rho_mean=[0.75, 0.3])]), layers, sup, grad, claims, 6
+    )
+    a = two[two["cell"] == "authors"].set_index("id")
+    assert a.loc["rho_sort", "change_vs_default"] == pytest.approx(-0.3)
+    assert bool(a.loc["rho_sort", "closer_than_default"]) and a.loc["rho_sort", "status"] == "reproduced"
+    assert not bool(a.loc["rho_reverse", "closer_than_default"])  # |0.75 - 0.72| = 0.03 > |0.70 - 0.72|

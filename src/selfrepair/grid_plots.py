@@ -74,18 +74,19 @@ def superadditivity(table: pd.DataFrame, paths) -> None:
             _empty(ax, "no heroes or bloats")
             continue
         cells = list(dict.fromkeys(s["cell"]))
-        for j, (group, color) in enumerate((("bloat", "#2471a3"), ("hero", "#c0392b"))):
+        for j, (group, label, color) in enumerate((("bloat", "bloats", "#2471a3"), ("hero", "heroes", "#c0392b"))):
             g = s[s["group"] == group].set_index("cell").reindex(cells)
             x = np.arange(len(cells)) + (j - 0.5) * 0.3
             ratio = g["ratio"].astype(float).values
             lo = np.nan_to_num(ratio - g["ci_lo"].astype(float).values, nan=0.0)
             hi = np.nan_to_num(g["ci_hi"].astype(float).values - ratio, nan=0.0)
-            ax.errorbar(x, ratio, yerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], fmt="o", color=color, capsize=3, label=f"{group}s")
+            ax.errorbar(x, ratio, yerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], fmt="o", color=color, capsize=3, label=label)
         ax.axhline(1, color="k", lw=0.5)
+        ax.set_yscale("symlog", linthresh=1)  # ratios span -5..150 across cells
         if task == "sort":
             ax.axhline(14, color="#f5b041", lw=1, ls="--", label="published 14x (bloats)")
         ax.set_xticks(range(len(cells)), cells, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"{task}: joint / mean individual drop")
         ax.legend(frameon=False, fontsize=7)
-    axes[0].set_ylabel("superadditivity (95% CI over seeds)")
+    axes[0].set_ylabel("superadditivity (95% CI over seeds; symlog)")
     save(fig, paths)

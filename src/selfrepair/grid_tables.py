@@ -189,4 +189,12 @@ def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame
             tol = float(c.get("tolerance", 0.0))
             status = "not run" if np.isnan(v) else ("reproduced" if abs(v - float(c["value"])) <= tol + 1e-12 else "differs")
             rows.append({"id": cid, "claim": c["claim"], "cell": cell, "published": c["value"], "tolerance": tol, "value": v, "status": status})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows, columns=["id", "claim", "cell", "published", "tolerance", "value", "status"])
+    # what flipping the cell's switch(es) does to the default cell's value
+    default = out[out["cell"] == "default"].set_index("id")["value"]
+    base = out["id"].map(default)
+    out["change_vs_default"] = out["value"] - base
+    gap = (out["value"] - out["published"].astype(float)).abs()
+    gap_default = (base - out["published"].astype(float)).abs()
+    out["closer_than_default"] = (gap < gap_default) & out["value"].notna() & base.notna()
+    return out

@@ -337,7 +337,7 @@ rule coax_fig:
 
 rule coax_published:
     input:
-        claims=config["published"],
+        claims=PUBLISHED,
         synthetic=f"{C_DIR}/synthetic/auc.csv",
         summary=f"{C_TABLES}/ioi_summary.csv",
         wake=f"{C_TABLES}/ioi_wake.csv",

@@ -42,6 +42,13 @@ SRC = Path(workflow.basedir) / "src" / "selfrepair"
 PAPERS = list(config["papers"])
 DEVICE = config["device"]
 TARGETS = {}  # paper -> list of final files, filled by each paper's rule file
+# The published claims: relative to the working directory, else to the workflow (so that
+# `--directory elsewhere` finds the repository's config/published.yaml).
+PUBLISHED = (
+    config["published"]
+    if Path(config["published"]).exists()
+    else str(Path(workflow.basedir) / config["published"])
+)
 
 
 def code_hash(*modules):

@@ -16,11 +16,7 @@ G_DIR = "results/gim"
 G_MODELS = {
     m["name"]: {k: v for k, v in m.items() if k != "name"} for m in GIM["models"]
 }
-G_CLAIMS = (
-    config["published"]
-    if Path(config["published"]).exists()
-    else str(Path(workflow.basedir) / config["published"])
-)
+G_CLAIMS = PUBLISHED
 G_TRAIN_CODE = (
     "train",
     "models",

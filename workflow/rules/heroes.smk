@@ -298,7 +298,7 @@ for _fig, _tables in H_FIGURE_INPUTS.items():
 
 rule heroes_published:
     input:
-        claims=config["published"],
+        claims=PUBLISHED,
         seeds=f"{H_TABLES}/seeds.csv",
         rho=f"{H_TABLES}/rho.csv",
         roles_by_layer=f"{H_TABLES}/roles_by_layer.csv",

@@ -152,7 +152,7 @@ rule heroes_grid_measure:
 
 rule heroes_grid_tables:
     input:
-        claims=config["published"],
+        claims=PUBLISHED,
         components=grid_measured("components.csv"),
         joint=grid_measured("joint.csv"),
         sweep=grid_measured("sweep.csv"),
