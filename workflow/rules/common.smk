@@ -87,3 +87,44 @@ def heroes_per_seed(name):
         seed=h["seeds"],
         name=name,
     )
+
+
+# ---- Paper A's protocol grid (heroes_grid.smk defines GRID, GRID_PROTO, GRID_JOBS) ----
+
+
+def grid_cell_seeds(cell):
+    return GRID["main_seeds"] if cell in ("default", "authors") else GRID["seeds"]
+
+
+def grid_model_dir(key, task, seed):
+    if key == GRID_MAIN_KEY:
+        return f"results/heroes/{task}/seed{seed}"
+    return f"{GRID_DIR}/train/{key}/{task}/seed{seed}"
+
+
+def grid_cells(wc):
+    cells = GRID_JOBS.get((wc.tkey, wc.task, int(wc.seed)))
+    if not cells:
+        raise WorkflowError(
+            f"no protocol cell uses model {wc.tkey}/{wc.task}/seed{wc.seed}"
+        )
+    return {c: GRID_PROTO[c] for c in cells}
+
+
+def grid_sweep(wc):
+    return GRID["n_eval_sweep"] if wc.tkey == GRID_MAIN_KEY else []
+
+
+def grid_n_measure(wc):
+    return max([p["n_eval"] for p in grid_cells(wc).values()] + list(grid_sweep(wc)))
+
+
+def grid_measured(name):
+    return [
+        f"{GRID_DIR}/measure/{k}/{t}/seed{s}/{name}" for (k, t, s) in sorted(GRID_JOBS)
+    ]
+
+
+def grid_model_input(name):
+    """Input function: a file of the model a grid job measures."""
+    return lambda wc: str(Path(grid_model_dir(wc.tkey, wc.task, wc.seed)) / name)

@@ -16,10 +16,6 @@ GRID_TABLES = f"{GRID_DIR}/tables"
 GRID_FIGS = f"{GRID_DIR}/figures"
 
 
-def grid_cell_seeds(cell):
-    return GRID["main_seeds"] if cell in ("default", "authors") else GRID["seeds"]
-
-
 GRID_JOBS = {}  # (training key, task, seed) -> cells measured on that model
 for _cell, _proto in GRID_PROTO.items():
     for _task in H_TASKS:
@@ -27,35 +23,6 @@ for _cell, _proto in GRID_PROTO.items():
             GRID_JOBS.setdefault(
                 (_grid.train_key(_proto), _task, int(_seed)), []
             ).append(_cell)
-
-
-def grid_model_dir(key, task, seed):
-    if key == GRID_MAIN_KEY:
-        return f"results/heroes/{task}/seed{seed}"
-    return f"{GRID_DIR}/train/{key}/{task}/seed{seed}"
-
-
-def grid_cells(wc):
-    cells = GRID_JOBS.get((wc.tkey, wc.task, int(wc.seed)))
-    if not cells:
-        raise WorkflowError(
-            f"no protocol cell uses model {wc.tkey}/{wc.task}/seed{wc.seed}"
-        )
-    return {c: GRID_PROTO[c] for c in cells}
-
-
-def grid_sweep(wc):
-    return GRID["n_eval_sweep"] if wc.tkey == GRID_MAIN_KEY else []
-
-
-def grid_n_measure(wc):
-    return max([p["n_eval"] for p in grid_cells(wc).values()] + list(grid_sweep(wc)))
-
-
-def grid_measured(name):
-    return [
-        f"{GRID_DIR}/measure/{k}/{t}/seed{s}/{name}" for (k, t, s) in sorted(GRID_JOBS)
-    ]
 
 
 wildcard_constraints:
@@ -111,9 +78,9 @@ use rule heroes_ood as heroes_grid_ood with:
 
 rule heroes_grid_measure:
     input:
-        model=lambda wc: grid_model_dir(wc.tkey, wc.task, wc.seed) + "/model",
-        ood=lambda wc: grid_model_dir(wc.tkey, wc.task, wc.seed) + "/ood.json",
-        batches=lambda wc: grid_model_dir(wc.tkey, wc.task, wc.seed) + "/ood_batches.pt",
+        model=grid_model_input("model"),
+        ood=grid_model_input("ood.json"),
+        batches=grid_model_input("ood_batches.pt"),
     output:
         components=f"{GRID_DIR}/measure/{{tkey}}/{{task}}/seed{{seed}}/components.csv",
         joint=f"{GRID_DIR}/measure/{{tkey}}/{{task}}/seed{{seed}}/joint.csv",
