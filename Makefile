@@ -53,6 +53,7 @@ reference: env
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
+	-cp results/benchmarks/heroes_n1000.csv results/reference/benchmark_heroes_n1000.csv
 	cp results/coax/tables/ioi_summary.csv results/reference/coax_ioi_summary.csv
 	cp results/gim/tables/localization.csv results/reference/gim_localization.csv
 	for t in rho claims superadditivity noise roles_by_layer; do \

@@ -38,6 +38,7 @@ def configs(*extra):
         ("devise: cpu\n", "Additional properties are not allowed ('devise'"),
         ("heroes:\n  tasks: [shuffle]\n", "heroes.tasks.0: 'shuffle' is not one of"),
         ("heroes:\n  train: {min_len: 9, max_len: 4}\n", "heroes.train.min_len (9) > heroes.train.max_len (4)"),
+        ("heroes:\n  grid: {cells: [shuffle]}\n", "heroes.grid.cells.0: 'shuffle' is not one of"),
     ],
 )
 def test_invalid_config_is_rejected_naming_the_key(tmp_path, bad, message):

@@ -41,7 +41,7 @@ def blocks() -> dict[str, str]:
     f = REFERENCE / "published_summary.csv"
     if f.exists():
         out["published"] = published_markdown(f)
-    for name in ("heroes_rho", "heroes_run", "benchmark_heroes", "heroes_grid_rho", "heroes_grid_noise", "coax_ioi_summary", "gim_localization"):
+    for name in ("heroes_rho", "heroes_run", "benchmark_heroes", "benchmark_heroes_n1000", "heroes_grid_rho", "heroes_grid_noise", "coax_ioi_summary", "gim_localization"):
         f = REFERENCE / f"{name}.csv"
         if f.exists():
             out[name] = _plain(pd.read_csv(f))
