@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report clean-env reference grid-full
+.PHONY: env reproduce test lint report clean-env reference grid-full portability
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -54,8 +54,12 @@ reference: env
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
 	-cp results/benchmarks/heroes_n1000.csv results/reference/benchmark_heroes_n1000.csv
+	-cp results/benchmarks/numerics.csv results/reference/benchmark_numerics.csv
+	-cp results/benchmarks/portability.csv results/reference/portability.csv
+	-cp results/benchmarks/portability_native_scoring.csv results/reference/portability_native_scoring.csv
 	cp results/coax/tables/ioi_summary.csv results/reference/coax_ioi_summary.csv
 	cp results/gim/tables/localization.csv results/reference/gim_localization.csv
+	cp results/gim/tables/localization_summary.csv results/reference/gim_localization_summary.csv
 	for t in rho claims superadditivity noise roles_by_layer; do \
 	  cp results/heroes/grid/tables/$$t.csv results/reference/heroes_grid_$$t.csv; done
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
@@ -65,3 +69,12 @@ reference: env
 # default and the authors'-code cells. The reference tables come from this run.
 grid-full: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml config/grid_full.yaml $(SNAKEMAKE_ARGS)
+
+# The portable numerics mode on one machine (README "Numerics"): paper A's tiny config
+# twice, here and with another CPU's settings, every file compared; then the committed
+# tiny checkpoints scored with and without the pins; then the mode's cost. About 25 min.
+portability: env
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/portability.py --out results/benchmarks/portability.csv
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/portability.py --fixed-weights --other-numerics native \
+	  --out results/benchmarks/portability_native_scoring.csv
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_numerics.py --out results/benchmarks/numerics.csv

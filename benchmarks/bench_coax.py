@@ -15,6 +15,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import sys
+
+from selfrepair import numerics
+
+# The numerics mode is put in force before torch is imported (src/selfrepair/numerics.py).
+NUMERICS = numerics.configure_from_argv(sys.argv)
+
 import torch
 
 from selfrepair import baselines, coax
@@ -28,9 +35,10 @@ def main():
     ap.add_argument("model", nargs="?", default="results/coax/ioi/seed1/model")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
     ap.add_argument("--protocol", default="v2")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    numerics.apply(a.numerics, a.threads)
     folder = Path(a.model)
     if not (folder / "config.json").exists():
         folder = Path(tempfile.mkdtemp()) / "ioi"

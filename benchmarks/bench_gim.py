@@ -1,7 +1,7 @@
 """Speed of edge scoring on the toy IOI model: EAP and GIM-EAP (one forward and one
 backward per batch) vs per-edge activation patching (one patched forward per edge).
 
-    python benchmarks/bench_gim.py [--model results/gim/ioi/l2h4/model] [--n 50]
+    python benchmarks/bench_gim.py [--model results/gim/ioi/l2h4/seed0/model] [--n 50]
 
 Without a trained model at --model, a toy IOI model is trained first (paper B's recipe,
 a few hundred steps) in a temporary folder.
@@ -13,6 +13,13 @@ import time
 import warnings
 from pathlib import Path
 
+import sys
+
+from selfrepair import numerics
+
+# The numerics mode is put in force before torch is imported (src/selfrepair/numerics.py).
+NUMERICS = numerics.configure_from_argv(sys.argv)
+
 import torch
 
 warnings.filterwarnings("ignore")
@@ -20,11 +27,12 @@ warnings.filterwarnings("ignore")
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="results/gim/ioi/l2h4/model")
+    ap.add_argument("--model", default="results/gim/ioi/l2h4/seed0/model")
     ap.add_argument("--n", type=int, default=50, help="counterfactual pairs")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    numerics.apply(args.numerics, args.threads)
     from selfrepair import circuits
     from selfrepair.models import load_bridge
     from selfrepair.tasks.counterfactual import get_task

@@ -20,6 +20,13 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import sys
+
+from selfrepair import numerics
+
+# The numerics mode is put in force before torch is imported (src/selfrepair/numerics.py).
+NUMERICS = numerics.configure_from_argv(sys.argv)
+
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -117,6 +124,7 @@ def main():
     ap.add_argument("--n-batches", type=int, default=50)
     ap.add_argument("--train-steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
     ap.add_argument("--out", default="results/benchmarks/heroes.csv")
     ap.add_argument(
         "--reference",
@@ -125,7 +133,7 @@ def main():
         help="which parts also run the naive one-at-a-time reference (C's takes ~20 s per sequence x component at n = 1000); the others report library time and compute floor only",
     )
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    numerics.apply(a.numerics, a.threads)
     if not Path(a.model).is_dir():
         raise SystemExit(f"no trained model at {a.model}: run `snakemake {a.model}` first")
     hf = models.load_hf(a.model)

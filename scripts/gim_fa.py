@@ -4,11 +4,12 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import torch  # noqa: E402
 
+from selfrepair import runtime  # noqa: E402
 from selfrepair import feature_attribution as fa  # noqa: E402
 from selfrepair.models import load_bridge, resolve_device  # noqa: E402
 from selfrepair.tasks.classify import Classify  # noqa: E402
 
-torch.set_num_threads(snakemake.threads)  # noqa: F821
+runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 task = Classify()
 bridge = load_bridge(snakemake.input.model, resolve_device(p.device))  # noqa: F821

@@ -7,11 +7,12 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from selfrepair import runtime  # noqa: E402
 from selfrepair import circuits  # noqa: E402
 from selfrepair.models import load_bridge, resolve_device  # noqa: E402
 from selfrepair.tasks.counterfactual import get_task  # noqa: E402
 
-torch.set_num_threads(snakemake.threads)  # noqa: F821
+runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 out = snakemake.output  # noqa: F821
 bridge = load_bridge(snakemake.input.model, resolve_device(p.device))  # noqa: F821
@@ -25,8 +26,8 @@ for method in p.methods:
     n_top = int(round(p.circuit_fraction * graph.n_edges))
     mask = circuits.top_edges(graph, scores, n_top, absolute=True)
     circuits.save_mib_json(Path(out.circuits) / f"{method}.json", graph, scores, mask)
-    summaries.append({"task": p.task, "model": p.model_name, **summary})
-    curves.append(curve.assign(task=p.task, model=p.model_name))
+    summaries.append({"task": p.task, "model": p.model_name, "seed": int(p.seed), **summary})
+    curves.append(curve.assign(task=p.task, model=p.model_name, seed=int(p.seed)))
     print(json.dumps(summaries[-1]), file=sys.stderr, flush=True)
 pd.DataFrame(summaries).to_csv(out.summary, index=False)
 pd.concat(curves).to_csv(out.curves, index=False)

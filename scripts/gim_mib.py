@@ -4,10 +4,11 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import torch  # noqa: E402
 
+from selfrepair import runtime  # noqa: E402
 from selfrepair import circuits  # noqa: E402
 from selfrepair.models import resolve_device  # noqa: E402
 
-torch.set_num_threads(snakemake.threads)  # noqa: F821
+runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 status, table, curves = circuits.run_mib(
     list(p.models), list(p.datasets), list(p.methods), int(p.n_eval), list(p.search_paths),

@@ -15,11 +15,18 @@ for col, (task, model) in enumerate(pairs):
     for row, ranking in enumerate(("signed", "absolute")):
         ax = axes[row, col]
         sub = df[(df.task == task) & (df.model == model) & (df.ranking == ranking)]
+        seeds = sorted(sub["seed"].unique()) if "seed" in sub else [None]
         for method, g in sub.groupby("method", sort=False):
-            ax.plot(g.fraction, g.faithfulness, marker="o", ms=3, label=method)
+            # one line per method: the mean over training seeds; each seed's curve faint
+            mean = g.groupby("fraction", sort=True)["faithfulness"].mean()
+            line = ax.plot(mean.index, mean.values, marker="o", ms=3, label=method)[0]
+            if len(seeds) > 1:
+                for _, gs in g.groupby("seed"):
+                    ax.plot(gs.fraction, gs.faithfulness, color=line.get_color(), lw=0.5, alpha=0.35)
         ax.set_xscale("log")
         ax.axhline(1.0, color="grey", lw=0.5)
-        ax.set_title(f"{task} / {model}\n{'CPR (signed)' if row == 0 else 'CMD (absolute)'}", fontsize=9)
+        n_seeds = f", mean of {len(seeds)} seeds" if len(seeds) > 1 else ""
+        ax.set_title(f"{task} / {model}{n_seeds}\n{'CPR (signed)' if row == 0 else 'CMD (absolute)'}", fontsize=9)
         ax.set_xlabel("fraction of edges")
         if col == 0:
             ax.set_ylabel("faithfulness")

@@ -14,6 +14,7 @@ measured = claims_evidence(
     pd.read_csv(snakemake.input.selfrepair),  # noqa: F821
     pd.read_csv(snakemake.input.fa),  # noqa: F821
     pd.read_csv(snakemake.input.mib),  # noqa: F821
+    summary=pd.read_csv(snakemake.input.summary),  # noqa: F821
 )
 measured["gim_edges_gpt2"] = (Graph.build(12, 12, 768).n_edges, "edge graph of GPT-2 small (12 layers x 12 heads)")
 table = compare("gim", claims, measured)

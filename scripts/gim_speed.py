@@ -5,11 +5,12 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from selfrepair import runtime  # noqa: E402
 from selfrepair import circuits  # noqa: E402
 from selfrepair.models import load_bridge, resolve_device  # noqa: E402
 from selfrepair.tasks.counterfactual import get_task  # noqa: E402
 
-torch.set_num_threads(snakemake.threads)  # noqa: F821
+runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 bridge = load_bridge(snakemake.input.model, resolve_device(p.device))  # noqa: F821
 data = get_task(p.task).sample(int(p.n_eval), seed=int(p.data_seed))

@@ -1,12 +1,19 @@
-"""Circuit-localization table (CPR, CMD per task, model, method) and the curves (thin adapter)."""
+"""Circuit-localization tables: CPR, CMD per task, model, seed and method; their mean and
+t-interval over each task's models with the paired GIM - EAP / EAP-IG differences; the curves
+(thin adapter)."""
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 
+from selfrepair.circuits import localization_summary  # noqa: E402
+
 inp, out = snakemake.input, snakemake.output  # noqa: F821
 table = pd.concat([pd.read_csv(f) for f in inp.summaries])
-table = table[["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty"]]
+table = table[["task", "model", "seed", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty"]]
 table.to_csv(out.table, index=False)
+summary = localization_summary(table)
+summary.to_csv(out.summary, index=False)
 pd.concat([pd.read_csv(f) for f in inp.curves]).to_csv(out.curves, index=False)
 print(table.to_string(), file=sys.stderr)
+print(summary.to_string(), file=sys.stderr)

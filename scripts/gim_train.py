@@ -5,10 +5,11 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import torch  # noqa: E402
 
+from selfrepair import runtime  # noqa: E402
 from selfrepair.models import resolve_device  # noqa: E402
 from selfrepair.tasks.counterfactual import get_task, train_any  # noqa: E402
 
-torch.set_num_threads(snakemake.threads)  # noqa: F821
+runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 meta = train_any(
     get_task(p.task), snakemake.output.model, device=resolve_device(p.device), seed=int(p.seed),  # noqa: F821

@@ -1,4 +1,9 @@
-"""Rule heroes_published: paper A's published numbers vs this run's."""
+"""Rule heroes_published: paper A's published numbers vs this run's.
+
+``reproduced_stable``: for the role-count claims, the same count over stable roles only
+(roles kept in at least heroes.roles.stable_share of the resamples of the evaluation
+sequences), beside ``reproduced`` (all roles). rho claims carry their bootstrap CI
+(``ci_low``/``ci_high``), which decides reproduced / differs / fragile."""
 
 import pandas as pd
 
@@ -21,5 +26,7 @@ measured = T.measured_claims(
     p.thresholds,
 )
 table = published.compare("heroes", published.load_claims(i.claims, "heroes"), measured)
+stable = T.stable_claims(pd.read_csv(i.roles_by_layer), pd.read_csv(i.role_stability), p.threshold)
+table.insert(table.columns.get_loc("reproduced") + 1, "reproduced_stable", table["id"].map(stable))
 table["protocol"] = p.protocol
 table.to_csv(smk.output.csv, index=False)

@@ -1,8 +1,16 @@
-"""Rule heroes_roles: ranks, Delta and roles (hero / bloat / aligned) of one seed."""
+"""Rule heroes_roles: ranks, Delta and roles (hero / bloat / aligned) of one seed.
+
+With a confidence (issue 9), from the per-sequence outcomes of heroes_scores: per
+threshold t, ``stability_t{t}`` is the share of n_boot resamples of the evaluation
+sequences in which the component keeps its role, ``stable_t{t}`` = stability >=
+stable_share; ``stability`` / ``stable`` are those at the main threshold.
+``C_within_2se_of_zero``: |C| <= 2 SE; ``C_close``: how many other components' C lie
+within 2 paired SE of this one's (``C_within_2se_of_other``: at least one).
+``rho_boot_lo`` / ``rho_boot_hi``: the 95% interval of rho(G, C) over the resamples."""
 
 import pandas as pd
 
-from selfrepair import analysis, runtime
+from selfrepair import analysis, runtime, spread
 from selfrepair import components as C
 
 smk = snakemake  # noqa: F821
@@ -25,6 +33,23 @@ else:
     df.insert(1, "layer", [x.layer for x in parsed])
     df.insert(2, "kind", ["head" if x.is_head else "mlp" for x in parsed])
     df["role"] = df[f"role_t{p.threshold:g}"]
+    out = runtime.load_tensors(smk.input.outcomes)
+    cols = list(out["columns"])
+    outcomes = out[p.ablation].numpy()[:, [0] + [cols.index(n) for n in c.index]]
+    boot, rho_ci = spread.bootstrap_roles(outcomes, df["G"].values, p.thresholds, n_boot=p.n_boot, seed=p.seed)
+    for t in p.thresholds:
+        if list(boot[f"role_t{t:g}"]) != list(df[f"role_t{t:g}"]):
+            raise ValueError(f"roles from outcomes.pt differ from ablations.csv at t={t:g}: stale outcomes?")
+        df[f"stability_t{t:g}"] = boot[f"stability_t{t:g}"].values
+        df[f"stable_t{t:g}"] = df[f"stability_t{t:g}"] >= p.stable_share
+    df["stability"] = df[f"stability_t{p.threshold:g}"]
+    df["stable"] = df[f"stable_t{p.threshold:g}"]
+    se = spread.within_se(outcomes)
+    for col in ("C_within_2se_of_zero", "C_close", "C_within_2se_of_other"):
+        df[col] = se[col].values
+    df["rho_boot_lo"] = rho_ci["rho_boot_lo"]
+    df["rho_boot_hi"] = rho_ci["rho_boot_hi"]
+    df["n_boot"] = rho_ci["n_boot"]
     df["ablation"] = p.ablation
     df["N"] = ood["N"]
     df["baseline_acc"] = c["baseline_acc"].iloc[0]

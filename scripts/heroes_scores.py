@@ -1,6 +1,11 @@
 """Rule heroes_scores: gradient magnitude G and causal importance C (mean and zero
 ablation) per component, on the same saved OOD data. One job, so that the bridge is
-booted once per model (importing TransformerLens costs ~10 s)."""
+booted once per model (importing TransformerLens costs ~10 s).
+
+outcomes.pt keeps the per-sequence exact match behind C (issue 9): per ablation mode a
+bool matrix [n_eval sequences, 1 + components], column 0 the intact model, column 1 + i
+the model with component i ablated (``columns`` names them). C is computed from that very
+matrix (heroes.causal_table, the arithmetic of heroes.causal_scores)."""
 
 import numpy as np
 import pandas as pd
@@ -18,6 +23,7 @@ c_cols = ["component", "mode", "baseline_acc", "ablated_acc", "C", "C_se", "n"]
 if data["status"] != "kept":
     pd.DataFrame(columns=g_cols).to_csv(smk.output.gradients, index=False)
     pd.DataFrame(columns=c_cols).to_csv(smk.output.ablations, index=False)
+    runtime.save_tensors(smk.output.outcomes, {"status": data["status"]})
 else:
     bridge = models.load_bridge(smk.input.model, device)
     comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
@@ -38,5 +44,11 @@ else:
     pd.DataFrame(rows, columns=g_cols).to_csv(smk.output.gradients, index=False)
     fresh = Batch(data["eval_tokens"], data["eval_targets"], data["eval_mask"]).to(device)
     means = interventions.component_means(bridge, [b.tokens for b in batches], comps)
-    tables = [heroes.causal_scores(bridge, fresh, comps, mode, means) for mode in ("mean", "zero")]
+    names = [c.name for c in comps]
+    tables, outcomes = [], {"status": "kept", "columns": ["baseline"] + names}
+    for mode in ("mean", "zero"):
+        correct = heroes.ablation_correct(bridge, fresh, [[]] + [[c] for c in comps], mode, means)
+        tables.append(heroes.causal_table(correct, names, mode))
+        outcomes[mode] = correct.T.contiguous().cpu()
     pd.concat(tables)[c_cols].to_csv(smk.output.ablations, index=False)
+    runtime.save_tensors(smk.output.outcomes, outcomes)

@@ -57,6 +57,7 @@ meta = {
     "id_accuracy": result.final_accuracy,
     "train_seconds": result.seconds,
     "protocol": {"padding": t["padding"], "init": m["init"]},
+    "numerics": runtime.numerics_record(),
     "model": dict(m),
     "train": dict(t),
 }

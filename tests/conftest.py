@@ -2,13 +2,21 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest
-import torch
+# The numerics mode is set before anything imports torch or numpy: tests (and the
+# workflows they start, which inherit the environment) run portable, one thread, unless
+# SELFREPAIR_TEST_NUMERICS=native asks for this CPU's own kernels.
+from selfrepair import numerics  # noqa: E402  imports no torch
 
-from selfrepair import models
-from selfrepair.tasks import sequences as S
+NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable"))
+numerics.configure(NUMERICS, threads=2)
 
-torch.set_num_threads(2)
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from selfrepair import models  # noqa: E402
+from selfrepair.tasks import sequences as S  # noqa: E402
+
+numerics.apply(NUMERICS, threads=2)
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ def test_compare_statuses_by_hand():
     ]
     t = published.compare("p", claims, {"a": 0.80, "b": (0.81, "n=3"), "d": Holds(False, "ev"), "e": NotRun("no GPU")})
     assert t["status"].tolist() == ["reproduced", "differs", "not run", "differs", "not run"]
+    assert list(t.columns) == published.COLUMNS and t["ci_low"].isna().all()  # no CI given
     assert t.loc[1, "note"] == "n=3"
     assert t.loc[2, "note"] == "no rule measures this claim yet"
     assert t.loc[3, "reproduced"] == "does not hold" and t.loc[4, "note"] == "no GPU"
@@ -59,8 +60,10 @@ def test_reference_tables_agree_with_published_yaml():
                 continue
             assert float(r.published) == pytest.approx(float(c["value"]))
             if r.status != "not run":
-                expect = published.status_of(float(c["value"]), float(r.reproduced), float(c.get("tolerance", 0)))
+                ci = (float(r.ci_low), float(r.ci_high)) if "ci_low" in table else (None, None)
+                expect = published.status_of(float(c["value"]), float(r.reproduced), float(c.get("tolerance", 0)), *ci)
                 assert r.status == expect, r.id
+    assert set(table["status"]) <= set(published.STATUSES)
 
 
 def test_readme_blocks_match_reference_files():

@@ -187,11 +187,22 @@ class CounterfactualBatch:
         return CounterfactualBatch(self.clean[a:b], self.corrupt[a:b], self.answer[a:b], self.foil[a:b], self.pos[a:b])
 
     def save(self, path):
-        torch.save(self.__dict__, path)
+        from .runtime import save_tensors
+
+        save_tensors(path, dict(self.__dict__))
 
     @classmethod
     def load(cls, path) -> "CounterfactualBatch":
-        return cls(**torch.load(path))
+        """Load a file written by ``save`` safely (``weights_only=True``: tensors only, no
+        pickled code). FileNotFoundError / ValueError naming the path when missing or bad."""
+        from .runtime import load_tensors
+
+        d = load_tensors(path)  # FileNotFoundError or ValueError, naming the path
+        fields = ("clean", "corrupt", "answer", "foil", "pos")
+        if not isinstance(d, dict) or set(d) != set(fields):
+            got = sorted(d) if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"{path} is not a saved CounterfactualBatch: expected keys {list(fields)}, got {got}")
+        return cls(**d)
 
     def batches(self, size: int):
         for a in range(0, len(self), size):
@@ -390,21 +401,63 @@ def save_mib_json(path, graph: Graph, scores: torch.Tensor, in_graph: torch.Tens
     Path(path).write_text(json.dumps(to_mib_json(graph, scores, in_graph)))
 
 
-def from_mib_json(path_or_dict, n_kv_heads: int | None = None) -> tuple[Graph, torch.Tensor, torch.Tensor]:
-    d = path_or_dict if isinstance(path_or_dict, dict) else json.loads(Path(path_or_dict).read_text())
+class CircuitFileError(ValueError):
+    """A MIB circuit file that cannot be used as it is; the message names the file."""
+
+
+def from_mib_json(path_or_dict, n_kv_heads: int | None = None, allow_partial: bool = False) -> tuple[Graph, torch.Tensor, torch.Tensor]:
+    """Graph, edge scores and in-graph mask of a MIB circuit file (or its parsed dict).
+
+    CircuitFileError (naming the file) for invalid JSON (e.g. truncated), a missing
+    ``cfg``/``edges`` key, an edge not in the graph, a score that is not a finite number,
+    or a file that lists only some of the graph's edges (``allow_partial=True`` accepts
+    that, the absent edges scoring 0 and out of the circuit). A missing or null score
+    counts as 0.
+    """
+    where = "<dict>" if isinstance(path_or_dict, dict) else str(path_or_dict)
+    if isinstance(path_or_dict, dict):
+        d = path_or_dict
+    else:
+        text = Path(path_or_dict).read_text()  # FileNotFoundError names the path
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CircuitFileError(f"MIB circuit file {where} is not valid JSON (truncated?): {err}") from err
+    if not isinstance(d, dict):
+        raise CircuitFileError(f"MIB circuit file {where}: expected a JSON object, got {type(d).__name__}")
+    for key in ("cfg", "edges"):
+        if not isinstance(d.get(key), dict):
+            what = "is missing" if key not in d else f"is a {type(d[key]).__name__}, not an object"
+            raise CircuitFileError(f"MIB circuit file {where}: key {key!r} {what}")
     cfg = d["cfg"]
+    missing = [k for k in ("n_layers", "n_heads", "d_model") if k not in cfg]
+    if missing:
+        raise CircuitFileError(f"MIB circuit file {where}: cfg lacks {missing}")
     if cfg.get("parallel_attn_mlp"):
-        raise ValueError("parallel attention/MLP graphs are not supported")
+        raise CircuitFileError(f"MIB circuit file {where}: parallel attention/MLP graphs are not supported")
     graph = Graph.build(cfg["n_layers"], cfg["n_heads"], cfg["d_model"], n_kv_heads)
     index = graph.edge_index()
     scores = torch.zeros(graph.valid.shape)
     in_graph = torch.zeros_like(graph.valid)
     for name, e in d["edges"].items():
         if name not in index:
-            raise ValueError(f"edge {name!r} is not in the graph of {cfg}")
+            raise CircuitFileError(f"MIB circuit file {where}: edge {name!r} is not in the graph of {cfg}")
+        if not isinstance(e, dict):
+            raise CircuitFileError(f"MIB circuit file {where}: edge {name!r} is not an object: {e!r}")
+        score = e.get("score")
+        score = 0.0 if score is None else score
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not np.isfinite(score):
+            raise CircuitFileError(f"MIB circuit file {where}: edge {name!r} has score {score!r}, not a finite number")
         i, j = index[name]
-        scores[i, j] = float(e.get("score", 0.0) or 0.0)
+        scores[i, j] = float(score)
         in_graph[i, j] = bool(e.get("in_graph", False))
+    if len(d["edges"]) < graph.n_edges and not allow_partial:
+        absent = [n for n in index if n not in d["edges"]]
+        raise CircuitFileError(
+            f"MIB circuit file {where} lists {len(d['edges'])} of the graph's {graph.n_edges} edges "
+            f"(absent: {', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''}); "
+            "pass allow_partial=True to score the absent edges 0"
+        )
     return graph, scores, in_graph
 
 
@@ -466,8 +519,64 @@ def speed(bridge, data: CounterfactualBatch, batch_size: int = 64) -> dict:
     return out
 
 
-def claims_evidence(localization, selfrepair=None, fa=None, mib=None) -> dict:
+SUMMARY_PAIRS = (("gim", "eap"), ("gim", "eap-ig"))
+
+
+def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """Mean CPR and CMD over a task's independently trained models, with a t-interval.
+
+    ``localization`` has one row per (task, model, seed, method); a model is a
+    (model, seed) pair (no ``seed`` column: one seed). Rows per task, plus task
+    ``all`` pooling every task's models:
+
+    - ``row == "method"``: each method's mean CPR / CMD over the models and the
+      Student-t CI of that mean (``stats.t_interval``; NaN with one model);
+    - ``row == "difference"``, ``method == "gim - eap"`` / ``"gim - eap-ig"``: the
+      per-model paired difference, its mean and t-CI, and in how many models GIM is
+      better (``cpr_wins``: CPR higher; ``cmd_wins``: CMD lower; ties count for neither).
+    """
+    import pandas as pd
+
+    from .stats import t_interval
+
+    df = localization.copy()
+    if "seed" not in df:
+        df["seed"] = 0
+    keys = ["model", "seed"]
+    rows = []
+    groups = [(t, g) for t, g in df.groupby("task", sort=False)]
+    if df["task"].nunique() > 1:
+        groups.append(("all", df))
+    for task, g in groups:
+        unit = ["task"] + keys
+        for method, m in g.groupby("method", sort=False):
+            row = {"task": task, "row": "method", "method": method, "n_models": len(m[unit].drop_duplicates())}
+            for metric in ("cpr", "cmd"):
+                ci = t_interval(m[metric], level)
+                row.update({f"{metric}_mean": ci["mean"], f"{metric}_lo": ci["lo"], f"{metric}_hi": ci["hi"]})
+            rows.append(row)
+        for a, b in SUMMARY_PAIRS:
+            if not {a, b} <= set(g["method"]):
+                continue
+            piv = {metric: g.pivot_table(index=unit, columns="method", values=metric) for metric in ("cpr", "cmd")}
+            diff = {metric: (p[a] - p[b]).dropna() for metric, p in piv.items()}
+            row = {"task": task, "row": "difference", "method": f"{a} - {b}", "n_models": len(diff["cpr"])}
+            for metric, d in diff.items():
+                ci = t_interval(d, level)
+                row.update({f"{metric}_mean": ci["mean"], f"{metric}_lo": ci["lo"], f"{metric}_hi": ci["hi"]})
+            row.update(cpr_wins=int((diff["cpr"] > 0).sum()), cmd_wins=int((diff["cmd"] < 0).sum()))
+            rows.append(row)
+    cols = ["task", "row", "method", "n_models", "cpr_mean", "cpr_lo", "cpr_hi", "cmd_mean", "cmd_lo", "cmd_hi",
+            "cpr_wins", "cmd_wins"]
+    out = pd.DataFrame(rows, columns=cols)
+    return out.astype({"cpr_wins": "Int64", "cmd_wins": "Int64"})
+
+
+def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=None) -> dict:
     """Measured values of paper C's claims from the localization table.
+
+    ``summary``: ``localization_summary(localization)`` (computed when not given); the
+    toy comparisons are quoted as means with a t-interval over models.
 
     The published claims are about MIB's models (GPT-2, Qwen-2.5, Gemma-2, Llama-3.1)
     and datasets; rows whose ``model`` is a toy model of this workflow are evidence,
@@ -475,12 +584,29 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None) -> dict:
     """
     from .published import NotRun
 
+    from .stats import fmt_ci
+
     df = localization
     out = {}
-    mean = df.groupby("method")[["cpr", "cmd"]].mean()
-    toy = "; ".join(f"{m}: CPR {r.cpr:.3f}, CMD {r.cmd:.3f}" for m, r in mean.iterrows())
+    summ = localization_summary(df) if summary is None else summary
+    pooled = summ[summ.task == ("all" if "all" in set(summ.task) else summ.task.iloc[0])]
+
+    def ci(r, metric):
+        return fmt_ci({"mean": r[f"{metric}_mean"], "lo": r[f"{metric}_lo"], "hi": r[f"{metric}_hi"]})
+
+    toy = "; ".join(f"{r.method}: CPR {ci(r._asdict(), 'cpr')}, CMD {ci(r._asdict(), 'cmd')}"
+                    for r in pooled[pooled.row == "method"].itertuples())
+    diffs = summ[summ.row == "difference"]
+    for pair, d in diffs.groupby("method", sort=False):
+        per_task = ", ".join(f"{r.task} {ci(r._asdict(), 'cpr')} ({int(r.cpr_wins)}/{int(r.n_models)})"
+                             for r in d[d.task != "all"].itertuples())
+        p = d[d.task == pooled.task.iloc[0]].iloc[0]
+        toy += (f"; paired CPR difference {pair.upper()} per model: {ci(p, 'cpr')}, GIM higher in "
+                f"{int(p.cpr_wins)}/{int(p.n_models)} models (per task: {per_task})")
+    n_models = int(pooled.n_models.max()) if len(pooled) else 0
     reason = ("MIB models/datasets are not in the local cache, so the claim about them is not run; "
-              f"on this workflow's toy models (mean over tasks and models): {toy}")
+              f"on this workflow's toy models (mean over {n_models} models of all tasks, 95% t-interval over "
+              f"models; results/gim/tables/localization_summary.csv): {toy}")
     out["gim_best_mean_cpr"] = NotRun(reason)
     if mib is not None and len(mib) and {"gim", "eap", "eap-ig"} <= set(mib.method):
         from .published import Holds
@@ -494,12 +620,13 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None) -> dict:
                                          ", ".join(f"{k} {v:.3f}" for k, v in m.items()) +
                                          " (Hybrid-ens and IFR are not implemented here)")
     if {"gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm"} <= set(df.method):
-        piv = df.pivot_table(index=["task", "model"], columns="method", values="cpr")
+        unit = ["task", "model"] + (["seed"] if "seed" in df else [])
+        piv = df.pivot_table(index=unit, columns="method", values="cpr")
         lower = sum(int((piv[v] < piv["gim"]).sum()) for v in ("gim-no-tsg", "gim-no-ln", "gim-no-norm"))
         n = 3 * len(piv)
         out["gim_ablation_each_modification"] = NotRun(
             f"not run on MIB models; on toy models removing one modification lowered CPR in {lower}/{n} "
-            "(task, model, modification) cases"
+            f"({', '.join(unit)}, modification) cases"
         )
     if selfrepair is not None and len(selfrepair):
         occ = "; ".join(f"{r.task}/{r.model}: {r.occurrences_mean:.1f} (min {r.occurrences_min}, max {r.occurrences_max})"

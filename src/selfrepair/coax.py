@@ -332,27 +332,64 @@ def synthetic_benchmark(trials: int = 40, seed: int = 0, **kw) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------
 # Tables across runs, and the published numbers
 # ----------------------------------------------------------------------------------
-def ioi_summary(discovery: pd.DataFrame) -> pd.DataFrame:
+def ioi_summary(discovery: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """Mean (sd, n) ROC-AUC and top-k hits per method over (model, prompt set) runs,
-    with a one-sided paired test of COAX against each baseline."""
-    from .stats import paired_test
+    with a one-sided paired test of COAX against each baseline.
+
+    The confidence intervals are over models, not runs (a model's prompt sets are not
+    independent models): each model's runs are averaged, then a 95% Student-t interval
+    of the mean over the ``n_models`` model means (``stats.t_interval``):
+    ``roc_auc_ci_lo`` / ``roc_auc_ci_hi``, and for each baseline the paired difference
+    COAX - baseline (per run, averaged per model) ``coax_minus_mean`` with
+    ``coax_minus_ci_lo`` / ``coax_minus_ci_hi``, and ``coax_wins``, the runs (of
+    ``n_runs``) where COAX's AUC is higher.
+    """
+    from .stats import paired_test, t_interval
 
     rows = []
     piv = discovery.pivot_table(index=["model_seed", "data_seed"], columns="method", values="roc_auc")
+    per_model = piv.groupby(level="model_seed").mean()
     for m, g in discovery.groupby("method", sort=False):
+        ci = t_interval(per_model[m] if m in per_model else [], level)
         row = {"method": m, "roc_auc": g["roc_auc"].mean(), "roc_auc_sd": g["roc_auc"].std(ddof=1),
                "n_runs": len(g), "hits": g["hits"].mean(), "n_backups": g["n_backups"].mean(),
                "top_k": int(g["top_k"].iloc[0])}
         if m != "coax" and "coax" in piv:
             t = paired_test(piv["coax"].to_numpy(), piv[m].to_numpy())
             row.update(p_wilcoxon_coax_gt=t["p_wilcoxon"], p_ttest_coax_gt=t["p_ttest"])
+        row.update(n_models=ci["n"], roc_auc_ci_lo=ci["lo"], roc_auc_ci_hi=ci["hi"])
+        if m != "coax" and "coax" in piv and m in piv:
+            d = (piv["coax"] - piv[m]).groupby(level="model_seed").mean()
+            dci = t_interval(d, level)
+            row.update(coax_minus_mean=dci["mean"], coax_minus_ci_lo=dci["lo"], coax_minus_ci_hi=dci["hi"],
+                       coax_wins=int((piv["coax"] > piv[m]).sum()))
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    return out.astype({"coax_wins": "Int64"}) if "coax_wins" in out else out
+
+
+def _ci_note(r: pd.Series, method: str, auc: bool = True) -> str:
+    """'; 95% t-CI over 3 models [lo, hi]; COAX - atp = d [lo, hi], COAX higher in k/n runs'
+    from a row of ``ioi_summary`` (empty parts where the columns or the interval are missing)."""
+    def has(k):
+        return k in r and pd.notna(r[k])
+
+    txt = ""
+    n = int(r["n_models"]) if has("n_models") else 0
+    if auc and n > 1 and has("roc_auc_ci_lo"):
+        txt += f"; 95% t-CI over {n} models [{r['roc_auc_ci_lo']:.3f}, {r['roc_auc_ci_hi']:.3f}]"
+    if method != "coax" and has("coax_minus_mean"):
+        d = f"{r['coax_minus_mean']:.3f}"
+        if n > 1 and has("coax_minus_ci_lo"):
+            d += f" [{r['coax_minus_ci_lo']:.3f}, {r['coax_minus_ci_hi']:.3f}] (95% t-CI over {n} models)"
+        txt += f"; COAX - {method} = {d}, COAX higher in {int(r['coax_wins'])}/{int(r['n_runs'])} runs"
+    return txt
 
 
 def _claims_from(tables: dict, label: str) -> dict:
-    """Claim id -> (value, note) or Holds, from one family of IOI / induction / pruning tables."""
-    from .published import Holds
+    """Claim id -> (value, note), Measured (with a CI over models) or Holds, from one family
+    of IOI / induction / pruning tables."""
+    from .published import Holds, Measured
 
     out: dict = {}
     s = tables.get("ioi_summary")
@@ -360,14 +397,21 @@ def _claims_from(tables: dict, label: str) -> dict:
         s = s.set_index("method")
         for mth in ("single", "atp", "eap_ig", "atp_star", "coax"):
             if mth in s.index:
-                out[f"ioi_auc_{mth}"] = (s.loc[mth, "roc_auc"], f"{label}; mean of {int(s.loc[mth, 'n_runs'])} runs")
+                r = s.loc[mth]
+                note = f"{label}; mean of {int(r['n_runs'])} runs" + _ci_note(r, mth)
+                if "roc_auc_ci_lo" in r and pd.notna(r["roc_auc_ci_lo"]) and pd.notna(r["roc_auc_ci_hi"]):
+                    out[f"ioi_auc_{mth}"] = Measured(float(r["roc_auc"]), float(r["roc_auc_ci_lo"]),
+                                                     float(r["roc_auc_ci_hi"]), note)
+                else:
+                    out[f"ioi_auc_{mth}"] = (r["roc_auc"], note)
         if "coax" in s.index:
             out["ioi_top20_hits"] = (s.loc["coax", "hits"], f"{label}; mean hits of {s.loc['coax', 'n_backups']:.1f} "
                                      f"backups in the top {int(s.loc['coax', 'top_k'])}")
         if "atp_star" in s.index and "p_wilcoxon_coax_gt" in s.columns:
             p = s.loc["atp_star", "p_wilcoxon_coax_gt"]
             out["ioi_coax_beats_atp_star"] = Holds(bool(p < 0.05), f"{label}; one-sided Wilcoxon p = {p:.3g}, "
-                                                   f"paired t p = {s.loc['atp_star', 'p_ttest_coax_gt']:.3g}")
+                                                   f"paired t p = {s.loc['atp_star', 'p_ttest_coax_gt']:.3g}"
+                                                   + _ci_note(s.loc["atp_star"], "atp_star", auc=False))
     w = tables.get("ioi_wake")
     if w is not None and len(w):
         g = w[w.group == "backup"].groupby("n_ablated")["ratio"].mean()
@@ -410,10 +454,12 @@ def _claims_from(tables: dict, label: str) -> dict:
 
 
 def _fmt(v) -> str:
-    from .published import Holds
+    from .published import Holds, Measured
 
     if isinstance(v, Holds):
         return ("holds" if v.holds else "does not hold") + f" ({v.evidence})"
+    if isinstance(v, Measured):  # the note quotes the CI
+        return f"{float(v.value):.3f} ({v.note})"
     value, note = v if isinstance(v, tuple) else (v, "")
     return f"{float(value):.3f} ({note})"
 

@@ -4,6 +4,11 @@ Inputs are the concatenated outputs of rule heroes_grid_measure: ``components`` 
 per cell, task, seed, component), ``joint`` (joint vs individual ablation of each seed's
 bloats and heroes per cell) and ``sweep`` (rho on disjoint chunks of n evaluation
 sequences, default models).
+
+A cell is compared with the default cell per seed (issue 9): ``paired_table`` gives, per
+(cell, task, quantity), the per-seed differences cell - default over the seeds both kept
+(same seed; the same model and sequences where the cell does not retrain), their mean
+and a percentile bootstrap CI over seeds; ``decided`` when the CI excludes 0.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import analysis
+from . import analysis, spread
 from .grid import CELLS
+from .published import status_of
 
 # Claims of paper A that every cell can test; the layer counts are scaled to 10 seeds.
 GRID_CLAIMS = (
@@ -152,9 +158,85 @@ def gradient_by_layer(components: pd.DataFrame) -> pd.DataFrame:
     return _order(k.groupby(["cell", "task", "layer"], sort=False).agg(G_mean=("G", "mean"), C_mean=("C", "mean")).reset_index())
 
 
-def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame, grad: pd.DataFrame, claims: list[dict], threshold: float) -> pd.DataFrame:
+# claim id -> (task, per-seed quantity of seed_values, scale onto the claim's units);
+# bloat_superadditivity is a ratio of means over seeds: it has no per-seed value.
+CLAIM_PAIRED = {
+    "rho_reverse": ("reverse", "rho", 1.0),
+    "rho_sort": ("sort", "rho", 1.0),
+    "sort_layer1_bloats": ("sort", "bloats_layer1", 10.0),
+    "sort_layer3_heroes": ("sort", "heroes_layer3", 10.0),
+    "bloat_individual_drop_pct": ("sort", "bloat_mean_individual", 100.0),
+    "bloat_joint_drop_pct": ("sort", "bloat_joint", 100.0),
+    "hero_ablation_reverse_pct": ("reverse", "hero_joint", -100.0),
+    "sort_grad_layer1": ("sort", "G_layer1", 1.0),
+    "sort_grad_layer3": ("sort", "G_layer3", 1.0),
+}
+SEED_QUANTITIES = ("rho", "heroes", "bloats", "baseline_acc", "bloat_mean_individual", "bloat_joint", "hero_mean_individual", "hero_joint")
+
+
+def seed_values(seeds: pd.DataFrame, components: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """One row per kept (cell, task, seed): the per-seed quantities of ``seeds_table``
+    and, per layer L, the seed's heroes and bloats in L (``heroes_layer{L}``,
+    ``bloats_layer{L}``, at ``threshold``) and its mean G over L's components (``G_layer{L}``)."""
+    col = f"role_t{threshold:g}"
+    k = seeds[seeds["status"] == "kept"]
+    out = k[["cell", "task", "seed"] + [q for q in SEED_QUANTITIES if q in k]].copy()
+    out["seed"] = out["seed"].astype(int)
+    comps = kept(components)
+    if comps.empty:
+        return out.reset_index(drop=True)
+    rows = []
+    for (cell, task, seed), s in comps.groupby(["cell", "task", "seed"], sort=False):
+        row = {"cell": cell, "task": task, "seed": int(seed)}
+        for layer, sl in s.groupby("layer"):
+            row[f"heroes_layer{int(layer)}"] = int((sl[col] == "hero").sum())
+            row[f"bloats_layer{int(layer)}"] = int((sl[col] == "bloat").sum())
+            row[f"G_layer{int(layer)}"] = float(sl["G"].mean())
+        rows.append(row)
+    return out.merge(pd.DataFrame(rows), on=["cell", "task", "seed"], how="left").reset_index(drop=True)
+
+
+PAIRED_COLUMNS = ["cell", "task", "quantity", "n_paired", "seeds", "default_mean", "cell_mean", "mean_diff", "sd_diff", "ci_lo", "ci_hi", "decided", "change"]
+
+
+def paired_table(values: pd.DataFrame, n_boot: int = 10000, seed: int = 0) -> pd.DataFrame:
+    """Per (cell other than default, task, quantity of ``seed_values``): the per-seed
+    differences cell - default over the seeds both have a value for, their mean, sd and
+    percentile bootstrap CI over seeds, ``decided`` (the CI excludes 0) and the change in
+    words (raises / lowers / no clear change)."""
+    rows = []
+    quantities = [c for c in values.columns if c not in ("cell", "task", "seed")]
+    default = values[values["cell"] == "default"]
+    for (cell, task), s in values[values["cell"] != "default"].groupby(["cell", "task"], sort=False):
+        d = default[default["task"] == task].set_index("seed")
+        c = s.set_index("seed")
+        for q in quantities:
+            cv = c[q].dropna().astype(float).to_dict()
+            dv = d[q].dropna().astype(float).to_dict()
+            r = spread.paired_difference(cv, dv, n_boot=n_boot, seed=seed)
+            both = [int(x) for x in r["seeds"].split()]
+            r.update(
+                cell=cell,
+                task=task,
+                quantity=q,
+                default_mean=float(np.mean([dv[x] for x in both])) if both else float("nan"),
+                cell_mean=float(np.mean([cv[x] for x in both])) if both else float("nan"),
+                change=spread.change_word(r["n_paired"], r["ci_lo"], r["ci_hi"]),
+            )
+            rows.append(r)
+    return _order(pd.DataFrame(rows, columns=PAIRED_COLUMNS)) if rows else pd.DataFrame(columns=PAIRED_COLUMNS)
+
+
+def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame, grad: pd.DataFrame, claims: list[dict], threshold: float, paired: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (claim, cell): the value measured in that cell next to the published one, and
-    reproduced / differs within the claim's tolerance (config/published.yaml)."""
+    reproduced / differs / fragile within the claim's tolerance (config/published.yaml),
+    decided by the value's CI over seeds where it has one (rho, superadditivity).
+
+    ``change_vs_default`` is the difference of the cell's and the default's values (each
+    over its own kept seeds); with ``paired`` (``paired_table``), the change is also
+    stated from the per-seed paired differences: ``paired_seeds``, ``paired_diff`` and
+    its CI ``paired_ci_lo``/``paired_ci_hi`` (on the claim's scale), ``decided`` and
+    ``change`` (raises / lowers / no clear change)."""
     by_id = {c["id"]: c for c in claims}
     cells = list(dict.fromkeys(rho["cell"]))
     rows = []
@@ -163,15 +245,17 @@ def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame
         s = df[df["cell"] == cell]
         for k, v in where.items():
             s = s[s[k] == v]
-        return float(s[col].iloc[0]) if len(s) else float("nan")
+        return float(s[col].iloc[0]) if len(s) and col in s else float("nan")
 
     for cid in GRID_CLAIMS:
         if cid not in by_id:
             continue
         c = by_id[cid]
         for cell in cells:
+            lo = hi = float("nan")
             if cid.startswith("rho_"):
                 v = get(rho, cell, "rho_mean", task=cid.split("_")[1])
+                lo, hi = get(rho, cell, "ci_lo", task=cid.split("_")[1]), get(rho, cell, "ci_hi", task=cid.split("_")[1])
             elif cid == "sort_layer1_bloats":
                 v = get(layers, cell, "bloat_per10", task="sort", layer=1, threshold=threshold)
             elif cid == "sort_layer3_heroes":
@@ -182,14 +266,15 @@ def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame
                 v = 100 * get(superadd, cell, "mean_joint", task="sort", group="bloat")
             elif cid == "bloat_superadditivity":
                 v = get(superadd, cell, "ratio", task="sort", group="bloat")
+                lo, hi = get(superadd, cell, "ci_lo", task="sort", group="bloat"), get(superadd, cell, "ci_hi", task="sort", group="bloat")
             elif cid == "hero_ablation_reverse_pct":
                 v = -100 * get(superadd, cell, "mean_joint", task="reverse", group="hero")
             else:  # sort_grad_layer{1,3}
                 v = get(grad, cell, "G_mean", task="sort", layer=int(cid[-1]))
             tol = float(c.get("tolerance", 0.0))
-            status = "not run" if np.isnan(v) else ("reproduced" if abs(v - float(c["value"])) <= tol + 1e-12 else "differs")
-            rows.append({"id": cid, "claim": c["claim"], "cell": cell, "published": c["value"], "tolerance": tol, "value": v, "status": status})
-    out = pd.DataFrame(rows, columns=["id", "claim", "cell", "published", "tolerance", "value", "status"])
+            status = "not run" if np.isnan(v) else status_of(float(c["value"]), v, tol, lo, hi)
+            rows.append({"id": cid, "claim": c["claim"], "cell": cell, "published": c["value"], "tolerance": tol, "value": v, "ci_low": lo, "ci_high": hi, "status": status})
+    out = pd.DataFrame(rows, columns=["id", "claim", "cell", "published", "tolerance", "value", "ci_low", "ci_high", "status"])
     # what flipping the cell's switch(es) does to the default cell's value
     default = out[out["cell"] == "default"].set_index("id")["value"]
     base = out["id"].map(default)
@@ -197,4 +282,30 @@ def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame
     gap = (out["value"] - out["published"].astype(float)).abs()
     gap_default = (base - out["published"].astype(float)).abs()
     out["closer_than_default"] = (gap < gap_default) & out["value"].notna() & base.notna()
+    if paired is not None:
+        _add_paired(out, paired)
     return out
+
+
+def _add_paired(out: pd.DataFrame, paired: pd.DataFrame) -> None:
+    """The paired (cell - default) change of each claim, on the claim's scale."""
+    cols = {"paired_seeds": [], "paired_diff": [], "paired_ci_lo": [], "paired_ci_hi": [], "decided": [], "change": []}
+    for r in out.itertuples():
+        vals = (0, float("nan"), float("nan"), float("nan"), False, "")
+        if r.cell != "default":
+            m = CLAIM_PAIRED.get(r.id)
+            p = paired[(paired["cell"] == r.cell) & (paired["task"] == m[0]) & (paired["quantity"] == m[1])] if m else paired.iloc[:0]
+            if m is None:
+                vals = (0, float("nan"), float("nan"), float("nan"), False, "no per-seed value")
+            elif p.empty:
+                vals = (0, float("nan"), float("nan"), float("nan"), False, "no paired seeds")
+            else:
+                p = p.iloc[0]
+                scale = m[2]
+                lo, hi = sorted((scale * float(p["ci_lo"]), scale * float(p["ci_hi"])))
+                n = int(p["n_paired"])
+                vals = (n, scale * float(p["mean_diff"]), lo, hi, bool(p["decided"]), spread.change_word(n, lo, hi))
+        for k, v in zip(cols, vals):
+            cols[k].append(v)
+    for k, v in cols.items():
+        out[k] = v

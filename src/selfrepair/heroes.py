@@ -110,16 +110,24 @@ def ablation_correct(
 
 def causal_scores(bridge, batch: S.Batch, components: Sequence[Component], mode: str, means: dict | None) -> pd.DataFrame:
     """C = baseline accuracy - accuracy with the component ablated, with its paired SE."""
-    res = ablation_correct(bridge, batch, [[]] + [[c] for c in components], mode, means).float()
+    correct = ablation_correct(bridge, batch, [[]] + [[c] for c in components], mode, means)
+    return causal_table(correct, [c.name for c in components], mode)
+
+
+def causal_table(correct: torch.Tensor, names: Sequence[str], mode: str) -> pd.DataFrame:
+    """C and its paired SE from exact-match rows [1 + n, B] (row 0 intact, row 1 + i with
+    component i ablated), as ablation_correct returns them: a rule that keeps the
+    per-sequence outcomes (heroes_scores' outcomes.pt) computes C from them."""
+    res = correct.float()
     base = res[0]
     rows = []
     n = base.numel()
-    for c, r in zip(components, res[1:]):
+    for name, r in zip(names, res[1:]):
         diff = base - r
         se = float(diff.std(unbiased=True) / math.sqrt(n)) if n > 1 else float("nan")
         rows.append(
             {
-                "component": c.name,
+                "component": name,
                 "mode": mode,
                 "baseline_acc": float(base.mean()),
                 "ablated_acc": float(r.mean()),

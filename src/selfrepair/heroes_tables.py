@@ -1,4 +1,8 @@
-"""Paper A's aggregate tables, each a pure function of the per-seed tables."""
+"""Paper A's aggregate tables, each a pure function of the per-seed tables.
+
+Role counts come twice (issue 9): all roles, and stable roles only (``*_stable``: the
+component keeps its role in at least ``stable_share`` of the resamples of the evaluation
+sequences; roles.csv's ``stable_t{t}`` columns, see scripts/heroes_roles.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,16 @@ import numpy as np
 import pandas as pd
 
 from . import analysis
-from .published import Holds, NotRun
+from .published import Holds, Measured, NotRun
+
+
+def _stable_col(df: pd.DataFrame, t=None) -> pd.Series | None:
+    """roles.csv's bool 'stable' column at threshold t (the main one when None), or None
+    when the table predates role stability."""
+    col = "stable" if t is None else f"stable_t{t:g}"
+    if col not in df:
+        return None
+    return df[col].astype(str) == "True"  # bool, or "True"/"False" read back from a CSV
 
 
 def seeds_table(roles: pd.DataFrame, ood: list[dict], train: list[dict], redundancy: pd.DataFrame) -> pd.DataFrame:
@@ -27,6 +40,10 @@ def seeds_table(roles: pd.DataFrame, ood: list[dict], train: list[dict], redunda
             "id_accuracy": tr["id_accuracy"],
             "padding": tr["protocol"]["padding"],
             "init": tr["protocol"]["init"],
+            # how the model's floats came about (src/selfrepair/numerics.py); absent in
+            # models trained before the numerics mode existed
+            "numerics": tr.get("numerics", {}).get("mode", "unrecorded"),
+            "bit_portable": tr.get("numerics", {}).get("bit_portable", False),
         }
         if info["status"] == "kept":
             row.update(
@@ -37,6 +54,17 @@ def seeds_table(roles: pd.DataFrame, ood: list[dict], train: list[dict], redunda
                 n_bloats=int((r["role"] == "bloat").sum()),
                 baseline_acc=float(r["baseline_acc"].iloc[0]),
             )
+            stable = _stable_col(r)
+            if stable is not None:
+                row.update(
+                    n_heroes_stable=int(((r["role"] == "hero") & stable).sum()),
+                    n_bloats_stable=int(((r["role"] == "bloat") & stable).sum()),
+                    n_components=len(r),
+                    n_C_within_2se_of_other=int((r["C_within_2se_of_other"].astype(str) == "True").sum()),
+                    n_C_within_2se_of_zero=int((r["C_within_2se_of_zero"].astype(str) == "True").sum()),
+                    rho_boot_lo=float(r["rho_boot_lo"].iloc[0]),
+                    rho_boot_hi=float(r["rho_boot_hi"].iloc[0]),
+                )
             red = redundancy[(redundancy["task"] == task) & (redundancy["seed"] == seed)].set_index("group")
             for g in ("hero", "bloat"):
                 if g in red.index and red.loc[g, "n"] > 0:
@@ -64,7 +92,12 @@ def roles_by_layer(roles: pd.DataFrame, thresholds) -> pd.DataFrame:
     for t in thresholds:
         col = f"role_t{t:g}"
         for (task, layer), s in kept.groupby(["task", "layer"], sort=False):
-            rows.append({"task": task, "threshold": t, "layer": int(layer), "hero": int((s[col] == "hero").sum()), "bloat": int((s[col] == "bloat").sum()), "aligned": int((s[col] == "aligned").sum())})
+            row = {"task": task, "threshold": t, "layer": int(layer), "hero": int((s[col] == "hero").sum()), "bloat": int((s[col] == "bloat").sum()), "aligned": int((s[col] == "aligned").sum())}
+            stable = _stable_col(s, t)
+            if stable is not None:
+                for role in ("hero", "bloat", "aligned"):
+                    row[f"{role}_stable"] = int(((s[col] == role) & stable).sum())
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -72,7 +105,13 @@ def role_stability(roles: pd.DataFrame) -> pd.DataFrame:
     kept = roles[roles["status"] == "kept"]
     rows = []
     for (task, comp), s in kept.groupby(["task", "component"], sort=False):
-        rows.append({"task": task, "component": comp, "layer": int(s["layer"].iloc[0]), "hero": int((s["role"] == "hero").sum()), "bloat": int((s["role"] == "bloat").sum()), "aligned": int((s["role"] == "aligned").sum()), "n_seeds": len(s)})
+        row = {"task": task, "component": comp, "layer": int(s["layer"].iloc[0]), "hero": int((s["role"] == "hero").sum()), "bloat": int((s["role"] == "bloat").sum()), "aligned": int((s["role"] == "aligned").sum()), "n_seeds": len(s)}
+        stable = _stable_col(s)
+        if stable is not None:
+            for role in ("hero", "bloat", "aligned"):
+                row[f"{role}_stable"] = int(((s["role"] == role) & stable).sum())
+            row["mean_stability"] = float(s["stability"].astype(float).mean())
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -115,9 +154,11 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
             out[f"rho_{task}"] = NotRun(f"no kept seed for {task}")
             continue
         r = r.iloc[0]
-        out[f"rho_{task}"] = (
+        out[f"rho_{task}"] = Measured(
             float(r["mean"]),
-            f"sd {r['sd']:.2f}, 95% CI [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], {int(r['n_kept'])} kept seeds of {int(r['n_seeds'])}",
+            float(r["ci_lo"]),
+            float(r["ci_hi"]),
+            f"sd {r['sd']:.2f}, 95% CI [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}] (bootstrap over seeds), {int(r['n_kept'])} kept seeds of {int(r['n_seeds'])}",
         )
     for seed, cid in ((456, "rho_sort_seed456"), (2020, "rho_sort_seed2020")):
         s = seeds[(seeds["task"] == "sort") & (seeds["seed"] == seed)]
@@ -125,6 +166,9 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
             out[cid] = NotRun(f"seed {seed} not in this run's config")
         elif s["status"].iloc[0] != "kept":
             out[cid] = NotRun(f"seed {seed} skipped: {s['reason'].iloc[0]}")
+        elif "rho_boot_lo" in s and not np.isnan(float(s["rho_boot_lo"].iloc[0])):
+            lo, hi = float(s["rho_boot_lo"].iloc[0]), float(s["rho_boot_hi"].iloc[0])
+            out[cid] = Measured(float(s["rho"].iloc[0]), lo, hi, f"95% interval [{lo:.2f}, {hi:.2f}] over resamples of the evaluation sequences")
         else:
             out[cid] = float(s["rho"].iloc[0])
     bl = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == threshold)].set_index("layer")
@@ -133,8 +177,14 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
     else:
         n_kept = int((seeds[(seeds["task"] == "sort")]["status"] == "kept").sum())
         note = f"{n_kept} kept sorting seeds, threshold {threshold:g}"
-        out["sort_layer1_bloats"] = (float(bl["bloat"].get(1, 0)), note)
-        out["sort_layer3_heroes"] = (float(bl["hero"].get(3, 0)), note)
+
+        def stable_note(col, layer):
+            if f"{col}_stable" not in bl:
+                return note
+            return f"{note}; stable roles only: {int(bl[f'{col}_stable'].get(layer, 0))}"
+
+        out["sort_layer1_bloats"] = (float(bl["bloat"].get(1, 0)), stable_note("bloat", 1))
+        out["sort_layer3_heroes"] = (float(bl["hero"].get(3, 0)), stable_note("hero", 3))
         checks = []
         for t in thresholds:
             b = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == t)].set_index("layer")
@@ -152,7 +202,10 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
             if comp not in st.index:
                 return NotRun(f"{comp} not in this model")
             r = st.loc[comp]
-            return (float(r[col]) / float(r["n_seeds"]) * 10, f"{int(r[col])}/{int(r['n_seeds'])} kept seeds, scaled to 10")
+            note = f"{int(r[col])}/{int(r['n_seeds'])} kept seeds, scaled to 10"
+            if f"{col}_stable" in r.index:
+                note += f"; stable {col} in {int(r[f'{col}_stable'])}/{int(r['n_seeds'])}"
+            return (float(r[col]) / float(r["n_seeds"]) * 10, note)
 
         out["sort_L3H3_hero"] = frac("L3H3", "hero")
         out["sort_L1H1_bloat"] = frac("L1H1", "bloat")
@@ -194,6 +247,22 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
     return out
 
 
+def stable_claims(by_layer: pd.DataFrame, stability: pd.DataFrame, threshold: float) -> dict:
+    """The role-count claims of config/published.yaml (heroes) counting stable roles only,
+    on the claims' scale: {claim id: value}. Empty when the tables carry no stability."""
+    out: dict = {}
+    bl = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == threshold)].set_index("layer")
+    if not bl.empty and "bloat_stable" in bl:
+        out["sort_layer1_bloats"] = float(bl["bloat_stable"].get(1, 0))
+        out["sort_layer3_heroes"] = float(bl["hero_stable"].get(3, 0))
+    st = stability[stability["task"] == "sort"].set_index("component")
+    if not st.empty and "hero_stable" in st:
+        for cid, comp, col in (("sort_L3H3_hero", "L3H3", "hero"), ("sort_L1H1_bloat", "L1H1", "bloat"), ("sort_L1H3_bloat", "L1H3", "bloat")):
+            if comp in st.index:
+                out[cid] = float(st.loc[comp, f"{col}_stable"]) / float(st.loc[comp, "n_seeds"]) * 10
+    return out
+
+
 def run_summary(seeds: pd.DataFrame) -> pd.DataFrame:
     """Per task: seeds run, kept and skipped, training steps, OOD length and rho."""
     rows = []
@@ -216,4 +285,7 @@ def run_summary(seeds: pd.DataFrame) -> pd.DataFrame:
                 "bloats_per_seed": float(kept["n_bloats"].mean()) if len(kept) else np.nan,
             }
         )
+        for col, name in (("n_heroes_stable", "stable_heroes_per_seed"), ("n_bloats_stable", "stable_bloats_per_seed"), ("n_C_within_2se_of_other", "C_within_2se_of_other_per_seed")):
+            if col in kept and len(kept):
+                rows[-1][name] = float(kept[col].mean())
     return pd.DataFrame(rows)

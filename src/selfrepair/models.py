@@ -29,6 +29,14 @@ class CorruptCheckpoint(RuntimeError):
     """A checkpoint exists but cannot be read."""
 
 
+class NonFiniteWeights(ValueError):
+    """A checkpoint holds NaN or infinite values; ``file`` and ``tensor`` name the first."""
+
+    def __init__(self, message: str, file: Path, tensor: str):
+        super().__init__(message)
+        self.file, self.tensor = file, tensor
+
+
 def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -120,6 +128,10 @@ def save_model(model, folder: str | Path, meta: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     if meta is not None:
+        from . import runtime
+
+        if runtime.NUMERICS_RECORD is not None:  # trained in a workflow job: how its floats came about
+            meta = {**meta, "numerics": runtime.NUMERICS_RECORD}
         (folder / "selfrepair.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
 
 
@@ -133,12 +145,51 @@ def _check_folder(folder: Path) -> None:
         raise CorruptCheckpoint(f"{folder} holds no weights (*.safetensors)")
 
 
+def _weight_tensors(file: Path):
+    """(name, tensor) of one checkpoint file, one tensor at a time for safetensors."""
+    if file.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+    else:
+        yield from torch.load(file, weights_only=True, map_location="cpu").items()
+
+
+def check_finite(folder: str | Path) -> None:
+    """Raise NonFiniteWeights, naming the file and tensor, if any floating-point tensor of
+    the checkpoint in ``folder`` holds a NaN or an infinity (a diverged or damaged save
+    would otherwise flow silently into every score)."""
+    folder = Path(folder)
+    bad = []
+    # the files transformers loads: safetensors when present, else PyTorch .bin (not
+    # other pickles such as a Trainer's training_args.bin)
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    for file in files:
+        try:
+            for name, t in _weight_tensors(file):
+                if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+                    n_nan = int(torch.isnan(t).sum())
+                    bad.append((file, name, n_nan, int((~torch.isfinite(t)).sum()) - n_nan, t.numel()))
+        except Exception as err:  # safetensors raises several types for a damaged file
+            raise CorruptCheckpoint(f"cannot load the checkpoint in {folder}: cannot read {file}: {err}") from err
+    if bad:
+        lines = [f"  {f}: tensor {n!r} has {a} NaN and {b} inf of {m} values" for f, n, a, b, m in bad[:5]]
+        more = f"\n  ... and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
+        raise NonFiniteWeights(
+            f"non-finite weights in the checkpoint {folder}:\n" + "\n".join(lines) + more, bad[0][0], bad[0][1]
+        )
+
+
 def load_hf(folder: str | Path, device: str = "cpu"):
-    """The Hugging Face model saved in ``folder``, with clear errors when absent or broken."""
+    """The Hugging Face model saved in ``folder``, with clear errors when absent or broken
+    (ModelNotFound, CorruptCheckpoint) or holding NaN/inf weights (NonFiniteWeights)."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(folder)
     _check_folder(folder)
+    check_finite(folder)
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     except Exception as err:  # safetensors raises several types for a damaged file

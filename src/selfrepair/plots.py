@@ -15,10 +15,14 @@ import seaborn as sns  # noqa: E402
 ROLE_COLORS = {"hero": "#c0392b", "bloat": "#2471a3", "aligned": "#95a5a6"}
 
 
+# No creation date in a PDF: the same table draws the same bytes on every run.
+_METADATA = {".pdf": {"CreationDate": None}}
+
+
 def save(fig, paths) -> None:
     for p in paths if isinstance(paths, (list, tuple)) else [paths]:
         Path(p).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        fig.savefig(p, dpi=150, bbox_inches="tight", metadata=_METADATA.get(Path(p).suffix))
     plt.close(fig)
 
 

@@ -11,8 +11,16 @@
         kind: number           # number (default) | text (a qualitative claim)
 
 ``compare`` turns those claims and a dict of measured values into the regression table
-(claim, published, reproduced, tolerance, status, note). A measured value is a number,
-or ``NotRun("reason")`` when the experiment could not run here.
+(claim, published, reproduced, ci_low, ci_high, tolerance, status, note). A measured
+value is a number, a ``(number, note)`` pair, ``Measured(value, lo, hi, note)`` when the
+measurement has a confidence interval, ``Holds(...)`` for a qualitative claim, or
+``NotRun("reason")`` when the experiment could not run here.
+
+Status: a value without a CI is 'reproduced' within the tolerance band [published -
+tolerance, published + tolerance], else 'differs'. With a CI the verdict is the CI's:
+'reproduced' when the CI lies inside the band, 'differs' when it lies outside, and
+'fragile' when it overlaps both (the verdict would change within the CI, i.e. it hangs
+on the sample). Strict mode fails on 'differs' only and lists 'fragile' claims.
 """
 
 from __future__ import annotations
@@ -24,13 +32,23 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-STATUSES = ("reproduced", "differs", "not run")
-COLUMNS = ["paper", "id", "claim", "published", "reproduced", "tolerance", "status", "note", "source"]
+STATUSES = ("reproduced", "differs", "fragile", "not run")
+COLUMNS = ["paper", "id", "claim", "published", "reproduced", "ci_low", "ci_high", "tolerance", "status", "note", "source"]
 
 
 @dataclass
 class NotRun:
     reason: str
+
+
+@dataclass
+class Measured:
+    """A measured value with its confidence interval [lo, hi] (NaN bounds: no CI)."""
+
+    value: float
+    lo: float = float("nan")
+    hi: float = float("nan")
+    note: str = ""
 
 
 @dataclass
@@ -59,10 +77,24 @@ def load_claims(path: str | Path, paper: str) -> list[dict]:
     return claims
 
 
-def status_of(published: float, reproduced: float, tolerance: float) -> str:
-    if reproduced is None or (isinstance(reproduced, float) and math.isnan(reproduced)):
+def _nan(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def status_of(published: float, reproduced: float, tolerance: float, lo: float | None = None, hi: float | None = None) -> str:
+    """'reproduced' / 'differs' from the value, or, with a CI [lo, hi], from the CI:
+    inside the band |x - published| <= tolerance, outside it, or 'fragile' (both)."""
+    if _nan(reproduced):
         return "not run"
-    return "reproduced" if abs(reproduced - published) <= tolerance + 1e-12 else "differs"
+    if _nan(lo) or _nan(hi):
+        return "reproduced" if abs(reproduced - published) <= tolerance + 1e-12 else "differs"
+    lo, hi = min(lo, hi), max(lo, hi)
+    band_lo, band_hi = published - tolerance - 1e-12, published + tolerance + 1e-12
+    inside = hi >= band_lo and lo <= band_hi
+    outside = lo < band_lo or hi > band_hi
+    if inside and outside:
+        return "fragile"
+    return "reproduced" if inside else "differs"
 
 
 def compare(paper: str, claims: list[dict], measured: dict) -> pd.DataFrame:
@@ -78,6 +110,8 @@ def compare(paper: str, claims: list[dict], measured: dict) -> pd.DataFrame:
             "tolerance": c.get("tolerance", ""),
             "source": c["source"],
             "reproduced": "",
+            "ci_low": float("nan"),
+            "ci_high": float("nan"),
             "note": "",
         }
         if isinstance(m, NotRun):
@@ -87,6 +121,15 @@ def compare(paper: str, claims: list[dict], measured: dict) -> pd.DataFrame:
                 reproduced="holds" if m.holds else "does not hold",
                 status="reproduced" if m.holds else "differs",
                 note=m.evidence,
+            )
+        elif isinstance(m, Measured):
+            value, lo, hi = float(m.value), float(m.lo), float(m.hi)
+            row.update(
+                reproduced=round(value, 4),
+                ci_low=round(lo, 4),
+                ci_high=round(hi, 4),
+                status=status_of(float(c["value"]), value, float(c.get("tolerance", 0.0)), lo, hi),
+                note=m.note,
             )
         else:
             value, note = (m if isinstance(m, tuple) else (m, ""))
@@ -98,3 +141,19 @@ def compare(paper: str, claims: list[dict], measured: dict) -> pd.DataFrame:
             )
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def summary_report(table: pd.DataFrame, strict: bool = False) -> str:
+    """The log of rule published_summary: status counts and every 'fragile' claim listed.
+    In strict mode, raises SystemExit when a claim 'differs'; 'fragile' never fails."""
+    counts = table["status"].value_counts().to_dict()
+    lines = [f"published numbers: {counts}"]
+    fragile = table[table["status"] == "fragile"]
+    if len(fragile):
+        cols = [c for c in ("paper", "id", "published", "tolerance", "reproduced", "ci_low", "ci_high") if c in table]
+        lines.append(f"{len(fragile)} fragile (the verdict changes within the CI; not a failure):\n{fragile[cols].to_string(index=False)}")
+    text = "\n".join(lines)
+    if strict and (table["status"] == "differs").any():
+        bad = table[table["status"] == "differs"][["paper", "id", "published", "reproduced"]]
+        raise SystemExit(f"{text}\nstrict mode: {len(bad)} published numbers differ:\n{bad.to_string(index=False)}")
+    return text

@@ -41,10 +41,19 @@ def blocks() -> dict[str, str]:
     f = REFERENCE / "published_summary.csv"
     if f.exists():
         out["published"] = published_markdown(f)
-    for name in ("heroes_rho", "heroes_run", "benchmark_heroes", "benchmark_heroes_n1000", "heroes_grid_rho", "heroes_grid_noise", "coax_ioi_summary", "gim_localization"):
+    for name in ("heroes_rho", "heroes_run", "benchmark_heroes", "benchmark_heroes_n1000", "heroes_grid_rho", "heroes_grid_noise", "coax_ioi_summary", "gim_localization",
+                 "gim_localization_summary"):
         f = REFERENCE / f"{name}.csv"
         if f.exists():
             out[name] = _plain(pd.read_csv(f))
+    for name in ("portability", "portability_native_scoring"):
+        f = REFERENCE / f"{name}.csv"
+        if f.exists():
+            out[name] = portability_markdown(pd.read_csv(f))
+    f = REFERENCE / "benchmark_numerics.csv"
+    if f.exists():
+        cols = ["setup", "aten", "threads", "steps_per_s", "train_speed_vs_portable", "scoring_seconds", "scoring_speed_vs_portable"]
+        out["benchmark_numerics"] = _plain(pd.read_csv(f)[cols])
     f = REFERENCE / "heroes_grid_claims.csv"
     if f.exists():
         out["heroes_grid_claims"] = grid_claims_markdown(pd.read_csv(f))
@@ -57,6 +66,26 @@ def blocks() -> dict[str, str]:
         rt = pd.read_csv(f)
         out["runtime"] = _plain(rt[rt["step"].isin(["all", "train", "measure", "probe", "scores"])])
     return out
+
+
+def portability_markdown(df: pd.DataFrame) -> str:
+    """benchmarks/portability.py's comparison: a count, then what differs, by file name
+    and column (files of one name in several seed folders are one row)."""
+    files = df.drop_duplicates("file")
+    first = df.iloc[0]
+    head = (
+        f"{first['here']} vs {first['other']}{' on fixed weights' if first['fixed_weights'] else ''}: "
+        f"{len(files)} files, {int(files['identical'].sum())} identical byte for byte."
+    )
+    diff = df[~df["identical"]].copy()
+    if diff.empty:
+        return head
+    diff["name"] = diff["file"].map(lambda f: Path(f).name)
+    diff["column"] = diff["column"].fillna("")
+    g = diff.groupby(["name", "column", "what"], sort=True, dropna=False).agg(
+        files=("file", "nunique"), values=("n_values", "sum"), max_abs=("max_abs", "max"), max_rel=("max_rel", "max")
+    )
+    return head + "\n\n" + _plain(g.reset_index())
 
 
 def grid_claims_markdown(df: pd.DataFrame) -> str:

@@ -1,4 +1,4 @@
-"""Small statistics shared by the papers: ROC-AUC, top-k recall, paired tests."""
+"""Small statistics shared by the papers: ROC-AUC, top-k recall, paired tests, t-intervals."""
 
 from __future__ import annotations
 
@@ -39,3 +39,35 @@ def paired_test(a, b) -> dict:
     out["p_wilcoxon"] = float(stats.wilcoxon(a, b, alternative="greater").pvalue)
     out["p_ttest"] = float(stats.ttest_rel(a, b, alternative="greater").pvalue)
     return out
+
+
+def t_interval(values, level: float = 0.95) -> dict:
+    """Mean and Student-t confidence interval of the mean (NaNs dropped).
+
+    ``{"mean", "lo", "hi", "sd", "n"}``; ``lo``/``hi`` are NaN with fewer than 2 values.
+    With the 3-6 models per comparison here a percentile bootstrap under-covers (it
+    can only resample the few values there are), so the claims use this interval:
+    mean +- t_{(1+level)/2, n-1} * sd / sqrt(n).
+    """
+    v = np.asarray(values, float)
+    v = v[~np.isnan(v)]
+    n = len(v)
+    out = {"mean": float(v.mean()) if n else float("nan"), "lo": float("nan"), "hi": float("nan"),
+           "sd": float(v.std(ddof=1)) if n > 1 else float("nan"), "n": n}
+    if n > 1:
+        half = float(stats.t.ppf((1 + level) / 2, n - 1)) * out["sd"] / np.sqrt(n)
+        out.update(lo=out["mean"] - half, hi=out["mean"] + half)
+    return out
+
+
+def fmt_ci(ci: dict, digits: int = 3) -> str:
+    """``0.812 [0.700, 0.924]`` (the interval left out when it is undefined)."""
+    s = f"{ci['mean']:.{digits}f}"
+    return s + f" [{ci['lo']:.{digits}f}, {ci['hi']:.{digits}f}]" if _finite(ci["lo"]) and _finite(ci["hi"]) else s
+
+
+def _finite(x) -> bool:
+    try:
+        return bool(np.isfinite(float(x)))
+    except (TypeError, ValueError):  # None, pd.NA
+        return False

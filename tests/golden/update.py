@@ -1,42 +1,107 @@
-"""Regenerate the golden regression values of the tiny paper-A run.
+"""Regenerate the regression suite's golden files, deliberately.
 
-Run deliberately, after a change that is meant to move the numbers:
-    .venv/bin/python tests/golden/update.py
-and commit the CSVs with a message that says why they moved.
+    .venv/bin/python tests/golden/update.py            # scoring values from the committed checkpoints
+    .venv/bin/python tests/golden/update.py --retrain  # retrain the checkpoints first, then the above
+    .venv/bin/python tests/golden/update.py --retrain --papers coax,gim  # only these papers' files
+
+--papers (default heroes,coax,gim) regenerates only the named papers' files: their
+checkpoints under checkpoints/results/<paper>, their rows of checkpoints.csv (the other
+papers' rows stay as they are) and their golden CSVs (heroes_tiny_*.csv and, with
+--retrain, training.csv; coax_tiny_*.csv; gim_tiny_*.csv).
+
+Both run under the portable numerics mode (src/selfrepair/numerics.py). Run the scoring
+update after a change that is meant to move a score; retrain only after a change that is
+meant to move training (the model, the loop, the data, the numerics pins). Commit the
+files with a message that says why they moved. What lives here: tests/golden_suite.py.
 """
 
-import os
+import argparse
+import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from selfrepair import numerics  # noqa: E402  before anything imports torch
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+numerics.configure("portable")
 
-with tempfile.TemporaryDirectory() as d:
-    d = Path(d)
-    (d / "config").mkdir()
-    shutil.copy(ROOT / "config/published.yaml", d / "config/published.yaml")
-    cmd = [
-        str(Path(sys.executable).parent / "snakemake"),
-        "-s", str(ROOT / "Snakefile"),
-        "--directory", str(d),
-        "--cores", "2",
-        "--configfile", str(ROOT / "config/config.yaml"), str(ROOT / "config/test.yaml"),
-        "--config", "papers=[heroes]", "device=cpu",
-        "--", "results/heroes/tables/seeds.csv", "results/heroes/tables/components.csv",
-        "results/heroes/grid/tables/seeds.csv",
-    ]
-    subprocess.run(cmd, check=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+import pandas as pd  # noqa: E402
+
+import golden_suite as G  # noqa: E402
+
+
+def retrain(d: Path, paper: str) -> None:
+    G.snakemake("--cores", "2", *G.tiny_args(G.prepare(d), paper=paper), "--until", *G.TRAIN_RULES[paper])
+    shutil.rmtree(G.CHECKPOINTS / "results" / paper, ignore_errors=True)
+    for m in G.model_dirs(d / "results", (paper,)):
+        G.copy_training_outputs(m, G.CHECKPOINTS / m.relative_to(d), paper)
+    hashes = G.weight_hashes(G.CHECKPOINTS, (paper,))
+    f = G.GOLDEN / "checkpoints.csv"
+    rows = pd.read_csv(f) if f.exists() else pd.DataFrame(columns=["model", "sha256"])
+    rows = rows[rows["model"].map(G.paper_of) != paper]  # the other papers' rows stay as they are
+    rows = pd.concat([rows, pd.DataFrame({"model": list(hashes), "sha256": list(hashes.values())})])
+    rows.sort_values("model").to_csv(f, index=False)
+    print(f"{len(hashes)} {paper} checkpoints written to {G.CHECKPOINTS}")
+
+
+def reach(d: Path) -> None:
+    G.prepare(d)
+    G.snakemake("--cores", "1", *G.tiny_args(d, G.reach_config(d)), "--", G.reach_target(d))
+    meta = json.loads((d / G.reach_target(d)).read_text())
+    row = {**G.TRAIN_REACH, "steps": meta["steps"], "reached_target": meta["reached_target"],
+           "id_accuracy": meta["id_accuracy"]}  # fmt: skip
+    pd.DataFrame([row]).to_csv(G.GOLDEN / "training.csv", index=False)
+    print("training golden:", row)
+
+
+def heroes_scores(d: Path) -> None:
+    G.seed_checkpoints(G.prepare(d))
+    before = G.weight_hashes(d / "results")
+    G.snakemake("--cores", "2", *G.tiny_args(d), "--", "results/heroes/tables/seeds.csv",
+                "results/heroes/tables/components.csv", "results/heroes/grid/tables/seeds.csv")  # fmt: skip
+    if G.weight_hashes(d / "results") != before:
+        raise SystemExit("the scoring run retrained a committed checkpoint: not a fixed-weight run")
     seeds = pd.read_csv(d / "results/heroes/tables/seeds.csv")
     cols = ["task", "seed", "status", "N", "train_steps", "id_accuracy", "ood_accuracy", "rho", "n_heroes", "n_bloats"]
-    seeds[cols].to_csv(HERE / "heroes_tiny_seeds.csv", index=False)
+    seeds[cols].to_csv(G.GOLDEN / "heroes_tiny_seeds.csv", index=False)
     comps = pd.read_csv(d / "results/heroes/tables/components.csv")
-    comps[["task", "seed", "component", "G", "C", "C_zero", "delta", "role"]].to_csv(HERE / "heroes_tiny_components.csv", index=False)
+    cols = ["task", "seed", "component", "G", "C", "C_zero", "delta", "role"]
+    comps[cols].to_csv(G.GOLDEN / "heroes_tiny_components.csv", index=False)
     grid = pd.read_csv(d / "results/heroes/grid/tables/seeds.csv")
-    grid[["cell", "task", "seed", "status", "N", "baseline_acc", "rho", "heroes", "bloats"]].to_csv(HERE / "heroes_tiny_grid.csv", index=False)
-    print("golden values written to", HERE)
+    cols = ["cell", "task", "seed", "status", "N", "baseline_acc", "rho", "heroes", "bloats"]
+    grid[cols].to_csv(G.GOLDEN / "heroes_tiny_grid.csv", index=False)
+    print("scoring golden values written to", G.GOLDEN)
+
+
+def scores(d: Path, paper: str) -> None:
+    if paper == "heroes":
+        return heroes_scores(d)
+    G.seed_checkpoints(G.prepare(d), (paper,))
+    before = G.weight_hashes(d / "results", (paper,))
+    r = G.snakemake("--cores", "2", *G.tiny_args(d, paper=paper), "--", *G.SCORE_TARGETS[paper])
+    if G.ran_training(r.stdout + r.stderr, paper) or G.weight_hashes(d / "results", (paper,)) != before:
+        raise SystemExit(f"the {paper} scoring run retrained a committed checkpoint: not a fixed-weight run")
+    for name, table in G.TABLES[paper](d).items():
+        table.to_csv(G.GOLDEN / f"{name}.csv", index=False)
+    print(f"{paper} scoring golden values written to", G.GOLDEN)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--retrain", action="store_true", help="retrain the tiny checkpoints and the reach model first")
+    ap.add_argument("--papers", default=",".join(G.PAPERS), help="comma-separated papers to regenerate (default: all)")
+    a = ap.parse_args()
+    papers = a.papers.split(",")
+    if unknown := set(papers) - set(G.PAPERS):
+        ap.error(f"unknown papers {sorted(unknown)}; choose from {G.PAPERS}")
+    for paper in papers:
+        if a.retrain:
+            with tempfile.TemporaryDirectory() as t:
+                retrain(Path(t), paper)
+            if paper == "heroes":
+                with tempfile.TemporaryDirectory() as t:
+                    reach(Path(t))
+        with tempfile.TemporaryDirectory() as t:
+            scores(Path(t), paper)

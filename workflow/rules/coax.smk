@@ -49,10 +49,11 @@ rule coax_synthetic:
         "benchmarks/coax/synthetic.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         synthetic=COAX["synthetic"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("coax", "stats"),
     script:
         "../../scripts/coax_synthetic.py"
@@ -68,12 +69,13 @@ rule coax_ioi_train:
         "benchmarks/coax/ioi/seed{seed}/train.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         seed="{seed}",
         model=C_IOI["model"],
         train=C_IOI["train"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "train", "tasks/ioi"),
     script:
         "../../scripts/coax_ioi_train.py"
@@ -91,7 +93,7 @@ rule coax_ioi_truth:
         "benchmarks/coax/ioi/seed{seed}/truth.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         n_prompts=C_IOI["n_prompts"],
         truth_seed=C_IOI["truth_seed"],
@@ -99,6 +101,7 @@ rule coax_ioi_truth:
         backup_frac=C_IOI["backup_frac"],
         max_rows=COAX["max_rows"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "interventions", "tasks/ioi"),
     script:
         "../../scripts/coax_ioi_truth.py"
@@ -116,7 +119,7 @@ rule coax_ioi_run:
         "benchmarks/coax/ioi/seed{seed}/data{dseed}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         seed="{seed}",
         data_seed="{dseed}",
@@ -129,6 +132,7 @@ rule coax_ioi_run:
         ig_steps=C_IOI["ig_steps"],
         max_rows=COAX["max_rows"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(
             "coax", "baselines", "interventions", "stats", "models", "tasks/ioi"
         ),
@@ -172,13 +176,14 @@ rule coax_induction_train:
         "benchmarks/coax/induction/{cmodel}/train.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         spec=lambda w: C_IND_MODELS[w.cmodel],
         T=C_IND["T"],
         vocab=C_IND["vocab"],
         train=C_IND["train"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "train", "tasks/induction"),
     script:
         "../../scripts/coax_induction_train.py"
@@ -196,7 +201,7 @@ rule coax_induction_run:
         "benchmarks/coax/induction/{cmodel}/run.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         T=C_IND["T"],
         vocab=C_IND["vocab"],
@@ -209,6 +214,7 @@ rule coax_induction_run:
         top_r=COAX["top_r"],
         max_rows=COAX["max_rows"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("coax", "interventions", "models", "tasks/induction"),
     script:
         "../../scripts/coax_induction_run.py"
@@ -239,12 +245,13 @@ rule coax_lm_train:
         "benchmarks/coax/pruning/train.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         model=C_PR["model"],
         seed=C_PR["seed"],
         train=C_PR["train"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "train", "tasks/lm"),
     script:
         "../../scripts/coax_lm_train.py"
@@ -262,7 +269,7 @@ rule coax_pruning:
         "benchmarks/coax/pruning/run.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         n_ctx=C_PR["model"]["n_ctx"],
         seed=C_PR["seed"],
@@ -274,6 +281,7 @@ rule coax_pruning:
         top_r=COAX["top_r"],
         max_rows=COAX["max_rows"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(
             "pruning", "coax", "baselines", "interventions", "models", "tasks/lm"
         ),
@@ -291,7 +299,7 @@ rule coax_real:
         "benchmarks/coax/real.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         real=COAX["real"],
         protocol=COAX["protocol"],
@@ -300,6 +308,7 @@ rule coax_real:
         induction=C_IND,
         max_rows=COAX["max_rows"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(
             "coax",
             "baselines",

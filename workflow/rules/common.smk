@@ -1,5 +1,6 @@
 # Shared helpers: config validation, code hashing, target registry.
 import hashlib
+import sys as _sys
 from pathlib import Path
 
 import jsonschema
@@ -39,8 +40,25 @@ for _paper in ("heroes", "coax", "gim"):
         check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
 
 SRC = Path(workflow.basedir) / "src" / "selfrepair"
+_sys.path.insert(0, str(SRC.parent))
+from selfrepair import numerics as _numerics  # noqa: E402  imports no torch
+from selfrepair.runtime import cuda_available as _cuda_available  # noqa: E402
+
 PAPERS = list(config["papers"])
 DEVICE = config["device"]
+
+# The numerics mode (src/selfrepair/numerics.py): its pins go into this process's
+# environment, which every job inherits (locally and on a cluster node, where the job
+# parses this file again), before any job imports torch. Portable jobs run one thread.
+NUMERICS = config["numerics"]
+_numerics.configure(NUMERICS, config["threads"])
+COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])
+# resources: gpu=GPU_JOB in every compute rule: 1 when its jobs will use a GPU, so that
+# `--resources gpu=1` serializes them there; 0 on a CPU-only machine even for device auto.
+# Device auto is resolved here, once (runtime.cuda_available: no torch import without a
+# GPU device node). On a cluster that is the login node's answer: set device=cuda there,
+# or the gpu resource per rule (workflow/profiles/slurm).
+GPU_JOB = int(DEVICE != "cpu" and (DEVICE != "auto" or _cuda_available()))
 TARGETS = {}  # paper -> list of final files, filled by each paper's rule file
 # The published claims: relative to the working directory, else to the workflow (so that
 # `--directory elsewhere` finds the repository's config/published.yaml).

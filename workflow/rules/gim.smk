@@ -1,9 +1,10 @@
 # Paper C: GIM (gradient interaction modifications) and MIB-style circuit localization.
-# toy tasks:  results/gim/{task}/{gmodel}/model -> localization.csv, curves.csv,
-#             circuits/{method}.json (MIB format)
-# tables:     results/gim/tables/localization.csv, curves.csv; speed.csv
-#             selfrepair_{occurrences,ablations}.csv -> tables/selfrepair.csv
-# attribution: results/gim/classify/{gmodel}/model -> feature_attribution.csv
+# toy tasks:  results/gim/{task}/{gmodel}/seed{gseed}/model -> localization.csv, curves.csv,
+#             circuits/{method}.json (MIB format); one model per (task, gmodel, seed)
+# tables:     results/gim/tables/localization.csv (per model), localization_summary.csv
+#             (mean and t-CI over a task's models, paired GIM - EAP / EAP-IG), curves.csv; speed.csv
+#             selfrepair_{occurrences,ablations}.csv -> tables/selfrepair.csv (first seed)
+# attribution: results/gim/classify/{gmodel}/seed{first seed}/model -> feature_attribution.csv
 #             -> tables/feature_attribution.csv
 # MIB:        results/gim/mib/status.csv, localization.csv (models/datasets present locally)
 # -> results/gim/figures/faithfulness.png, selfrepair.png, results/published/gim.csv
@@ -16,6 +17,11 @@ G_DIR = "results/gim"
 G_MODELS = {
     m["name"]: {k: v for k, v in m.items() if k != "name"} for m in GIM["models"]
 }
+# Every (task, model) is trained once per seed (gim.seeds; absent: the one gim.seed).
+# Self-repair, feature attribution and speed use the first seed's models only.
+G_SEEDS = [int(s) for s in (GIM.get("seeds") or [GIM["seed"]])]
+G_SEED0 = G_SEEDS[0]
+G_M = f"{G_DIR}/{{gtask}}/{{gmodel}}/seed{{gseed}}"
 G_CLAIMS = PUBLISHED
 G_TRAIN_CODE = (
     "train",
@@ -39,6 +45,7 @@ G_CODE = ("gim", "circuits", "tasks/counterfactual", "tasks/mcqa", "tasks/arithm
 wildcard_constraints:
     gtask="|".join(GIM["tasks"] + ["classify"]),
     gmodel="|".join(G_MODELS),
+    gseed="[0-9]+",
 
 
 register(
@@ -46,6 +53,7 @@ register(
     [
         f"{G_DIR}/figures/faithfulness.png",
         f"{G_DIR}/tables/localization.csv",
+        f"{G_DIR}/tables/localization_summary.csv",
         f"{G_DIR}/tables/speed.csv",
         f"{G_DIR}/figures/selfrepair.png",
         f"{G_DIR}/tables/selfrepair.csv",
@@ -58,20 +66,21 @@ register(
 
 rule gim_train:
     output:
-        model=directory(f"{G_DIR}/{{gtask}}/{{gmodel}}/model"),
+        model=directory(f"{G_M}/model"),
     log:
-        "logs/gim/train_{gtask}_{gmodel}.log",
+        "logs/gim/seed{gseed}/train_{gtask}_{gmodel}.log",
     benchmark:
-        "benchmarks/gim/train_{gtask}_{gmodel}.tsv"
+        "benchmarks/gim/seed{gseed}/train_{gtask}_{gmodel}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         task="{gtask}",
         model=lambda w: G_MODELS[w.gmodel],
-        seed=GIM["seed"],
+        seed=lambda w: int(w.gseed),
         train=GIM["train"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(*G_TRAIN_CODE),
     script:
         "../../scripts/gim_train.py"
@@ -79,21 +88,22 @@ rule gim_train:
 
 rule gim_localize:
     input:
-        model=f"{G_DIR}/{{gtask}}/{{gmodel}}/model",
+        model=f"{G_M}/model",
     output:
-        summary=f"{G_DIR}/{{gtask}}/{{gmodel}}/localization.csv",
-        curves=f"{G_DIR}/{{gtask}}/{{gmodel}}/curves.csv",
-        circuits=directory(f"{G_DIR}/{{gtask}}/{{gmodel}}/circuits"),
+        summary=f"{G_M}/localization.csv",
+        curves=f"{G_M}/curves.csv",
+        circuits=directory(f"{G_M}/circuits"),
     log:
-        "logs/gim/localize_{gtask}_{gmodel}.log",
+        "logs/gim/seed{gseed}/localize_{gtask}_{gmodel}.log",
     benchmark:
-        "benchmarks/gim/localize_{gtask}_{gmodel}.tsv"
+        "benchmarks/gim/seed{gseed}/localize_{gtask}_{gmodel}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         task="{gtask}",
         model_name="{gmodel}",
+        seed=lambda w: int(w.gseed),
         methods=GIM["methods"],
         n_eval=GIM["n_eval"],
         data_seed=GIM["data_seed"],
@@ -102,6 +112,7 @@ rule gim_localize:
         fractions=GIM["fractions"],
         circuit_fraction=GIM["circuit_fraction"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(*G_CODE, "models"),
     script:
         "../../scripts/gim_localize.py"
@@ -110,14 +121,16 @@ rule gim_localize:
 rule gim_tables:
     input:
         summaries=expand(
-            f"{G_DIR}/{{gtask}}/{{gmodel}}/localization.csv",
+            f"{G_M}/localization.csv",
             gtask=GIM["tasks"],
             gmodel=list(G_MODELS),
+            gseed=G_SEEDS,
         ),
         curves=expand(
-            f"{G_DIR}/{{gtask}}/{{gmodel}}/curves.csv",
+            f"{G_M}/curves.csv",
             gtask=GIM["tasks"],
             gmodel=list(G_MODELS),
+            gseed=G_SEEDS,
         ),
     output:
         table=report(
@@ -125,11 +138,18 @@ rule gim_tables:
             caption="../report/gim_localization.rst",
             category="Paper C",
         ),
+        summary=report(
+            f"{G_DIR}/tables/localization_summary.csv",
+            caption="../report/gim_localization_summary.rst",
+            category="Paper C",
+        ),
         curves=f"{G_DIR}/tables/curves.csv",
     log:
         "logs/gim/tables.log",
     conda:
         "../../envs/selfrepair.yaml"
+    params:
+        code=code_hash("circuits", "stats"),
     script:
         "../../scripts/gim_tables.py"
 
@@ -153,7 +173,7 @@ rule gim_faithfulness_figure:
 
 rule gim_speed:
     input:
-        model=f"{G_DIR}/{GIM['speed']['task']}/{GIM['speed']['model']}/model",
+        model=f"{G_DIR}/{GIM['speed']['task']}/{GIM['speed']['model']}/seed{G_SEED0}/model",
     output:
         report(
             f"{G_DIR}/tables/speed.csv",
@@ -166,7 +186,7 @@ rule gim_speed:
         "benchmarks/gim/speed.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         task=GIM["speed"]["task"],
         model_name=GIM["speed"]["model"],
@@ -174,6 +194,7 @@ rule gim_speed:
         data_seed=GIM["data_seed"],
         batch_size=GIM["batch_size"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(*G_CODE, "models"),
     script:
         "../../scripts/gim_speed.py"
@@ -183,6 +204,7 @@ rule gim_published:
     input:
         claims=G_CLAIMS,
         localization=f"{G_DIR}/tables/localization.csv",
+        summary=f"{G_DIR}/tables/localization_summary.csv",
         selfrepair=f"{G_DIR}/tables/selfrepair.csv",
         fa=f"{G_DIR}/tables/feature_attribution.csv",
         mib=f"{G_DIR}/mib/localization.csv",
@@ -197,24 +219,24 @@ rule gim_published:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("published", "circuits", "selfrepair_attention"),
+        code=code_hash("published", "circuits", "selfrepair_attention", "stats"),
     script:
         "../../scripts/gim_published.py"
 
 
 rule gim_selfrepair:
     input:
-        model=f"{G_DIR}/{{gtask}}/{{gmodel}}/model",
+        model=f"{G_M}/model",
     output:
-        occurrences=f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_occurrences.csv",
-        ablations=f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_ablations.csv",
+        occurrences=f"{G_M}/selfrepair_occurrences.csv",
+        ablations=f"{G_M}/selfrepair_ablations.csv",
     log:
-        "logs/gim/selfrepair_{gtask}_{gmodel}.log",
+        "logs/gim/seed{gseed}/selfrepair_{gtask}_{gmodel}.log",
     benchmark:
-        "benchmarks/gim/selfrepair_{gtask}_{gmodel}.tsv"
+        "benchmarks/gim/seed{gseed}/selfrepair_{gtask}_{gmodel}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         task="{gtask}",
         model_name="{gmodel}",
@@ -222,6 +244,7 @@ rule gim_selfrepair:
         threshold=GIM["selfrepair"]["threshold"],
         data_seed=GIM["data_seed"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(*G_CODE, "selfrepair_attention", "models"),
     script:
         "../../scripts/gim_selfrepair.py"
@@ -230,14 +253,16 @@ rule gim_selfrepair:
 rule gim_selfrepair_table:
     input:
         occurrences=expand(
-            f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_occurrences.csv",
+            f"{G_M}/selfrepair_occurrences.csv",
             gtask=GIM["tasks"],
             gmodel=list(G_MODELS),
+            gseed=G_SEED0,
         ),
         ablations=expand(
-            f"{G_DIR}/{{gtask}}/{{gmodel}}/selfrepair_ablations.csv",
+            f"{G_M}/selfrepair_ablations.csv",
             gtask=GIM["tasks"],
             gmodel=list(G_MODELS),
+            gseed=G_SEED0,
         ),
     output:
         summary=report(
@@ -277,16 +302,16 @@ rule gim_selfrepair_figure:
 
 rule gim_fa:
     input:
-        model=f"{G_DIR}/classify/{{gmodel}}/model",
+        model=f"{G_DIR}/classify/{{gmodel}}/seed{{gseed}}/model",
     output:
-        f"{G_DIR}/classify/{{gmodel}}/feature_attribution.csv",
+        f"{G_DIR}/classify/{{gmodel}}/seed{{gseed}}/feature_attribution.csv",
     log:
-        "logs/gim/fa_{gmodel}.log",
+        "logs/gim/seed{gseed}/fa_{gmodel}.log",
     benchmark:
-        "benchmarks/gim/fa_{gmodel}.tsv"
+        "benchmarks/gim/seed{gseed}/fa_{gmodel}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         model_name="{gmodel}",
         n_examples=GIM["fa"]["n_examples"],
@@ -294,6 +319,7 @@ rule gim_fa:
         methods=GIM["fa"]["methods"],
         data_seed=GIM["data_seed"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(*G_CODE_FA),
     script:
         "../../scripts/gim_fa.py"
@@ -302,8 +328,9 @@ rule gim_fa:
 rule gim_fa_table:
     input:
         expand(
-            f"{G_DIR}/classify/{{gmodel}}/feature_attribution.csv",
+            f"{G_DIR}/classify/{{gmodel}}/seed{{gseed}}/feature_attribution.csv",
             gmodel=list(G_MODELS),
+            gseed=G_SEED0,
         ),
     output:
         report(
@@ -332,7 +359,7 @@ rule gim_mib:
         "benchmarks/gim/mib.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         models=GIM["mib"]["models"],
         datasets=GIM["mib"]["datasets"],
@@ -343,6 +370,7 @@ rule gim_mib:
         ig_steps=GIM["ig_steps"],
         fractions=GIM["fractions"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(*G_CODE, "tasks/mib", "models"),
     script:
         "../../scripts/gim_mib.py"

@@ -1,6 +1,7 @@
 # Paper A: Hidden Heroes and Gradient Bloats.
 # results/heroes/{task}/seed{seed}/model -> ood.json + ood_batches.pt
-# -> gradients.csv + ablations.csv (heroes_scores) -> roles.csv
+# -> gradients.csv + ablations.csv + outcomes.pt (heroes_scores) -> roles.csv (with role
+#    stability over resampled evaluation sequences)
 # -> redundancy.csv, pruning.csv, attention.csv (heroes_probe)
 # -> results/heroes/tables/*.csv -> results/heroes/figures/*.{png,pdf}
 
@@ -64,9 +65,9 @@ rule heroes_train:
         "benchmarks/heroes/{task}/seed{seed}/train.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     resources:
-        gpu=1 if DEVICE != "cpu" else 0,
+        gpu=GPU_JOB,
     params:
         task="{task}",
         seed="{seed}",
@@ -74,6 +75,7 @@ rule heroes_train:
         train=HEROES["train"],
         max_length=max(HEROES["ood"]["lengths"]),
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "train", "heroes", "tasks/sequences"),
     script:
         "../../scripts/heroes_train.py"
@@ -91,7 +93,7 @@ rule heroes_ood:
         "benchmarks/heroes/{task}/seed{seed}/ood.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     params:
         task="{task}",
         seed="{seed}",
@@ -102,6 +104,7 @@ rule heroes_ood:
         batch_size=HEROES["ood"]["batch_size"],
         n_eval=HEROES["scores"]["n_eval"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "heroes", "tasks/sequences"),
     script:
         "../../scripts/heroes_ood.py"
@@ -114,19 +117,23 @@ rule heroes_scores:
     output:
         gradients=f"{H_SEED_DIR}/gradients.csv",
         ablations=f"{H_SEED_DIR}/ablations.csv",
+        outcomes=f"{H_SEED_DIR}/outcomes.pt",
     log:
         "logs/heroes/{task}/seed{seed}/scores.log",
     benchmark:
         "benchmarks/heroes/{task}/seed{seed}/scores.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     resources:
-        gpu=1 if DEVICE != "cpu" else 0,
+        gpu=GPU_JOB,
     params:
         normalization=HEROES["scores"]["g_normalization"],
         device=DEVICE,
-        code=code_hash("models", "attribution", "interventions", "heroes", "components"),
+        numerics=NUMERICS,
+        code=code_hash(
+            "models", "attribution", "interventions", "heroes", "components", "spread"
+        ),
     script:
         "../../scripts/heroes_scores.py"
 
@@ -136,6 +143,7 @@ rule heroes_roles:
         ood=f"{H_SEED_DIR}/ood.json",
         gradients=f"{H_SEED_DIR}/gradients.csv",
         ablations=f"{H_SEED_DIR}/ablations.csv",
+        outcomes=f"{H_SEED_DIR}/outcomes.pt",
     output:
         csv=f"{H_SEED_DIR}/roles.csv",
     log:
@@ -149,7 +157,9 @@ rule heroes_roles:
         ablation=HEROES["scores"]["ablation"],
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
-        code=code_hash("analysis", "components"),
+        n_boot=HEROES["roles"]["n_boot"],
+        stable_share=HEROES["roles"]["stable_share"],
+        code=code_hash("analysis", "components", "spread"),
     script:
         "../../scripts/heroes_roles.py"
 
@@ -170,14 +180,15 @@ rule heroes_probe:
         "benchmarks/heroes/{task}/seed{seed}/probe.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     resources:
-        gpu=1 if DEVICE != "cpu" else 0,
+        gpu=GPU_JOB,
     params:
         task="{task}",
         seed=lambda wc: int(wc.seed),
         ablation=HEROES["scores"]["ablation"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "interventions", "heroes", "components"),
     script:
         "../../scripts/heroes_probe.py"

@@ -2,9 +2,6 @@
 # Cells and their protocols: src/selfrepair/grid.py. Models are shared between cells of
 # one training key ({padding}-{init}); the default key's models are the main run's.
 # model -> heroes_grid_measure (every cell of that model) -> heroes_grid_tables -> figures
-import sys as _sys
-
-_sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from selfrepair import grid as _grid  # noqa: E402  pure Python: builds the DAG
 
 GRID = HEROES["grid"]
@@ -61,6 +58,7 @@ use rule heroes_train as heroes_grid_train with:
         },
         max_length=max(HEROES["ood"]["lengths"]),
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash("models", "train", "heroes", "tasks/sequences"),
 
 
@@ -91,9 +89,9 @@ rule heroes_grid_measure:
         "benchmarks/heroes/grid/{tkey}/{task}/seed{seed}/measure.tsv"
     conda:
         "../../envs/selfrepair.yaml"
-    threads: config["threads"]
+    threads: COMPUTE_THREADS
     resources:
-        gpu=1 if DEVICE != "cpu" else 0,
+        gpu=GPU_JOB,
     params:
         task="{task}",
         seed="{seed}",
@@ -105,6 +103,7 @@ rule heroes_grid_measure:
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
         device=DEVICE,
+        numerics=NUMERICS,
         code=code_hash(
             "models",
             "attribution",
@@ -151,6 +150,11 @@ rule heroes_grid_tables:
             caption="../report/heroes_grid.rst",
             category="Paper A: protocol grid",
         ),
+        paired=report(
+            f"{GRID_TABLES}/paired.csv",
+            caption="../report/heroes_grid.rst",
+            category="Paper A: protocol grid",
+        ),
     log:
         "logs/heroes/grid/tables.log",
     localrule: True
@@ -161,7 +165,7 @@ rule heroes_grid_tables:
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
         n_boot=GRID["n_boot"],
-        code=code_hash("grid_tables", "grid", "analysis", "published"),
+        code=code_hash("grid_tables", "grid", "analysis", "published", "spread"),
     script:
         "../../scripts/heroes_grid_tables.py"
 

@@ -17,6 +17,7 @@ rule published_summary:
         "../../envs/selfrepair.yaml"
     params:
         strict=config["strict"],
+        numerics=NUMERICS,
         code=code_hash("published"),
     script:
         "../../scripts/published_summary.py"

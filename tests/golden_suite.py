@@ -1,0 +1,220 @@
+"""The regression suite's fixed parts, shared by the tests and tests/golden/update.py.
+
+tests/golden/ holds
+- checkpoints/: the tiny models of papers A, B and C (config/test.yaml), trained once
+  under the portable numerics mode, every output of their training rules (TRAIN_RULES)
+  laid out as the workflow writes them (results/heroes/..., results/coax/...,
+  results/gim/...), and checkpoints.csv with the SHA-256 of every weights file;
+- heroes_tiny_*.csv: what the tiny DAG computes from those fixed weights (G, C, roles,
+  rho, the protocol grid), the scoring half of the suite; coax_tiny_*.csv and
+  gim_tiny_*.csv the same for papers B and C (COAX and baseline head scores, AUCs; GIM
+  edge scores, CPR/CMD);
+- training.csv: the training half: steps to the target of one tiny model trained longer
+  (TRAIN_REACH), under the portable mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+CHECKPOINTS = GOLDEN / "checkpoints"
+BIN = Path(sys.executable).parent
+
+# The training targets of the tiny config whose outputs are committed.
+TINY_CONFIGS = [ROOT / "config" / "config.yaml", ROOT / "config" / "test.yaml"]
+MODEL_FILES = ("model", "train.json", "train_log.csv")
+PAPERS = ("heroes", "coax", "gim")
+# Per paper: the rules whose outputs are committed, and what each writes per model folder
+# (the folder above model/: results/<paper>/.../seedN, .../induction/t1, .../pruning).
+TRAIN_RULES = {
+    "heroes": ("heroes_train", "heroes_grid_train"),
+    "coax": ("coax_ioi_train", "coax_induction_train", "coax_lm_train"),
+    "gim": ("gim_train",),  # the circuit tasks' models and the classify model of gim_fa
+}
+TRAIN_OUTPUTS = {"heroes": MODEL_FILES, "coax": ("model", "train_log.csv"), "gim": ("model",)}
+
+# One tiny model trained to its target (not in the tiny DAG, whose models stop at 600
+# steps): the native-numerics check compares its steps to the target with the golden.
+TRAIN_REACH = {"task": "sort", "seed": 123, "max_steps": 3000, "eval_every": 200, "eval_size": 100, "target": 0.9}
+
+
+def snakemake(*args, cwd=ROOT, check=True, timeout=1800, env=None):
+    env = dict(os.environ if env is None else env, HF_HUB_OFFLINE="1")
+    cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), *args]
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    return r
+
+
+def tiny_args(d: Path, *extra_configs, paper: str = "heroes") -> list[str]:
+    return [
+        "--directory", str(d),
+        "--configfile", *map(str, TINY_CONFIGS), *map(str, extra_configs),
+        "--config", f"papers=[{paper}]", "device=cpu",
+    ]  # fmt: skip
+
+
+def prepare(d: Path) -> Path:
+    (d / "config").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "config" / "published.yaml", d / "config" / "published.yaml")
+    return d
+
+
+def model_dirs(root: Path, papers=PAPERS) -> list[Path]:
+    """Every trained-model folder (results/heroes/.../seedN, results/coax/ioi/seedN, ...)
+    below ``root``, of the given papers."""
+    return sorted(m for m in (p.parent.parent for p in root.rglob("model/model.safetensors"))
+                  if paper_of(m) in papers)  # fmt: skip
+
+
+def paper_of(path) -> str:
+    """The paper of a path .../results/<paper>/... (a model folder, a checkpoints.csv row)."""
+    parts = Path(path).parts
+    return parts[len(parts) - 1 - parts[::-1].index("results") + 1]
+
+
+def copy_training_outputs(src: Path, dest: Path, paper: str) -> None:
+    """Copy what ``paper``'s training rule wrote in the model folder ``src`` to ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in TRAIN_OUTPUTS[paper]:
+        if (src / name).is_dir():
+            shutil.copytree(src / name, dest / name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src / name, dest / name)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def weight_hashes(root: Path, papers=PAPERS) -> dict[str, str]:
+    """{seed folder relative to root: SHA-256 of its model.safetensors}."""
+    return {str(m.relative_to(root)): sha256(m / "model" / "model.safetensors") for m in model_dirs(root, papers)}
+
+
+def train_meta(m: Path) -> dict:
+    """The training metadata of a model folder: train.json (paper A) or the
+    model/selfrepair.json that save_model writes (papers B and C)."""
+    f = m / "train.json"
+    return json.loads((f if f.exists() else m / "model" / "selfrepair.json").read_text())
+
+
+def seed_checkpoints(d: Path, papers=("heroes",)) -> None:
+    """Put the committed tiny checkpoints of ``papers`` where the workflow writes them,
+    so that a run in ``d`` scores fixed weights instead of training."""
+    if not CHECKPOINTS.is_dir():
+        raise FileNotFoundError(f"no golden checkpoints in {CHECKPOINTS}: run tests/golden/update.py --retrain")
+    for p in papers:
+        if not model_dirs(CHECKPOINTS, (p,)):
+            raise FileNotFoundError(f"no golden checkpoints of {p}: run tests/golden/update.py --retrain --papers {p}")
+    for m in model_dirs(CHECKPOINTS, papers):
+        copy_training_outputs(m, d / m.relative_to(CHECKPOINTS), paper_of(m))
+
+
+def reach_config(d: Path) -> Path:
+    """A config file for TRAIN_REACH (merged over the tiny config)."""
+    t = TRAIN_REACH
+    f = d / "reach.yaml"
+    f.write_text(
+        "heroes:\n"
+        f"  tasks: [{t['task']}]\n"
+        f"  seeds: [{t['seed']}]\n"
+        f"  train: {{max_steps: {t['max_steps']}, eval_every: {t['eval_every']}, "
+        f"eval_size: {t['eval_size']}, target_accuracy: {t['target']}}}\n"
+        "  grid: {cells: []}\n"
+    )
+    return f
+
+
+def reach_target(d: Path) -> str:
+    return f"results/heroes/{TRAIN_REACH['task']}/seed{TRAIN_REACH['seed']}/train.json"
+
+
+# Papers B and C: what their tiny DAGs compute from the committed weights (the scoring
+# half of the suite for them), as {golden file stem: table}; update.py writes the tables
+# to tests/golden/<stem>.csv, tests/test_coax_workflow.py and test_gim_workflow.py
+# compare a run's tables with them.
+SCORE_TARGETS = {
+    "coax": [
+        "results/coax/tables/ioi_discovery.csv",
+        "results/coax/tables/induction.csv",
+        "results/coax/tables/pruning.csv",
+    ],
+    "gim": [
+        "results/gim/tables/localization.csv",
+        "results/gim/tables/feature_attribution.csv",
+    ],
+}
+
+
+def ran_training(log: str, paper: str) -> list[str]:
+    """The training rules of ``paper`` that a snakemake log shows as executed."""
+    return [r for r in TRAIN_RULES[paper] if f"rule {r}:" in log]
+
+
+def coax_tables(d: Path) -> dict:
+    import pandas as pd
+
+    res = d / "results" / "coax"
+    heads = []
+    for f in sorted(res.glob("ioi/seed*/data*/scores.csv")):
+        s = pd.read_csv(f)
+        truth = pd.read_csv(f.parent.parent / "truth.csv").rename(columns={"drop": "truth_drop"})
+        truth.insert(0, "model_seed", s["model_seed"].iloc[0])
+        truth.insert(1, "data_seed", s["data_seed"].iloc[0])
+        cols = ["single", "atp", "eap_ig", "atp_star", "cond", "comp", "wake", "backup"]
+        key = ["model_seed", "data_seed", "unit"]
+        heads.append(truth.merge(s[key + cols], on=key, how="left"))
+    ind = []
+    for f in sorted(res.glob("induction/*/heads.csv")):
+        h = pd.read_csv(f)
+        h.insert(0, "model", f.parent.name)
+        ind.append(h)
+    return {
+        # per head of each toy IOI model: the ground truth (drop, backup score, role) and
+        # the single-ablation, AtP, EAP-IG, AtP* and COAX (cond, comp) scores; primaries,
+        # which are not candidates, have no scores
+        "coax_tiny_ioi_heads": pd.concat(heads, ignore_index=True),
+        # backup discovery per run and method: ROC-AUC, hits in the top k
+        "coax_tiny_ioi_discovery": pd.read_csv(res / "tables/ioi_discovery.csv")[
+            ["model_seed", "data_seed", "method", "roc_auc", "top_k", "hits", "n_backups", "n_candidates"]],
+        # induction: per head of each model (induction score, single and COAX scores) and the
+        # co-ablation drops per k
+        "coax_tiny_induction_heads": pd.concat(ind, ignore_index=True),
+        "coax_tiny_induction": pd.read_csv(res / "tables/induction.csv"),
+        # pruning: perplexity per method and sparsity
+        "coax_tiny_pruning": pd.read_csv(res / "tables/pruning.csv"),
+    }  # fmt: skip
+
+
+def gim_tables(d: Path) -> dict:
+    import pandas as pd
+
+    res = d / "results" / "gim"
+    edges = []
+    for f in sorted(res.glob("*/*/seed*/circuits/*.json")):
+        task, model, seed = f.parts[-5], f.parts[-4], int(f.parts[-3].removeprefix("seed"))
+        for e, v in json.loads(f.read_text())["edges"].items():
+            edges.append({"task": task, "model": model, "seed": seed, "method": f.stem, "edge": e,
+                          "score": v["score"], "in_graph": v["in_graph"]})  # fmt: skip
+    cols = ["task", "model", "seed", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty"]
+    return {
+        # every edge's score and circuit membership, per model and method (MIB circuit files)
+        "gim_tiny_edges": pd.DataFrame(edges),
+        # CPR / CMD per model and method
+        "gim_tiny_localization": pd.read_csv(res / "tables/localization.csv")[cols],
+        # feature attribution on the classify model: means over the examples per method
+        "gim_tiny_feature_attribution": pd.read_csv(res / "tables/feature_attribution.csv"),
+    }
+
+
+TABLES = {"coax": coax_tables, "gim": gim_tables}
