@@ -31,6 +31,7 @@ test: env
 lint: env
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/ruff check src scripts tests benchmarks
 
 report: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html
@@ -63,7 +64,7 @@ reference: env
 	for t in rho claims superadditivity noise roles_by_layer; do \
 	  cp results/heroes/grid/tables/$$t.csv results/reference/heroes_grid_$$t.csv; done
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
-	$(BIN)/python -m selfrepair.readme_table
+	$(BIN)/python -m selfrepair.core.readme_table
 
 # Paper A's full protocol grid (issue 5): every switch flipped alone, 10 seeds for the
 # default and the authors'-code cells. The reference tables come from this run.

@@ -11,22 +11,21 @@ backward passes are counted by a hook on the bridge's embedding, in prompt-set u
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import sys
+from selfrepair.core import numerics
 
-from selfrepair import numerics
-
-# The numerics mode is put in force before torch is imported (src/selfrepair/numerics.py).
+# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
 NUMERICS = numerics.configure_from_argv(sys.argv)
 
-import torch
 
-from selfrepair import baselines, coax
-from selfrepair.components import head_components
-from selfrepair.models import load_bridge, save_model
+from selfrepair.coax import baselines, ioi_experiment
+from selfrepair.coax import score as coax
+from selfrepair.core.components import head_components
+from selfrepair.core.models import load_bridge, save_model
 from selfrepair.tasks import ioi
 
 
@@ -43,12 +42,12 @@ def main():
     if not (folder / "config.json").exists():
         folder = Path(tempfile.mkdtemp()) / "ioi"
         print(f"no model at {a.model}; training a toy IOI model (4 layers x 8 heads, 600 steps) into {folder}")
-        model, _ = ioi.train_toy(4, 8, 64, 256, seed=1, max_steps=600)
+        model, _ = ioi_experiment.train_toy(4, 8, 64, 256, seed=1, max_steps=600)
         save_model(model, folder)
     b = load_bridge(folder)
     prompts = ioi.sample_toy(a.prompts, 11)
     heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
-    truth = ioi.ablation_drops(b, prompts, [[h] for h in heads])
+    truth = ioi_experiment.ablation_drops(b, prompts, [[h] for h in heads])
     prim = [heads[i] for i in sorted(range(len(heads)), key=lambda i: -truth[i])[:3]]
     cands = [h for h in heads if h not in prim]
     rows = []

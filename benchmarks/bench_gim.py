@@ -8,19 +8,17 @@ a few hundred steps) in a temporary folder.
 """
 
 import argparse
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-import sys
+from selfrepair.core import numerics
 
-from selfrepair import numerics
-
-# The numerics mode is put in force before torch is imported (src/selfrepair/numerics.py).
+# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
 NUMERICS = numerics.configure_from_argv(sys.argv)
 
-import torch
 
 warnings.filterwarnings("ignore")
 
@@ -33,8 +31,9 @@ def main():
     ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
     args = ap.parse_args()
     numerics.apply(args.numerics, args.threads)
-    from selfrepair import circuits
-    from selfrepair.models import load_bridge
+    from selfrepair.core.models import load_bridge
+    from selfrepair.gim import circuits
+    from selfrepair.gim.training import train_any
     from selfrepair.tasks.counterfactual import get_task
 
     task = get_task("ioi")
@@ -42,8 +41,8 @@ def main():
     if not (folder / "config.json").exists():
         folder = Path(tempfile.mkdtemp()) / "ioi"
         t = time.perf_counter()
-        task.train(folder, n_layers=2, n_heads=4, d_model=64, d_mlp=256, seed=0, lr=3e-3, batch_size=128,
-                   max_steps=1000, eval_every=250, target_accuracy=0.98)
+        train_any(task, folder, n_layers=2, n_heads=4, d_model=64, d_mlp=256, seed=0, lr=3e-3, batch_size=128,
+                  max_steps=1000, eval_every=250, target_accuracy=0.98)
         print(f"trained a toy IOI model in {time.perf_counter() - t:.1f} s ({folder})")
     bridge = load_bridge(folder, "cpu")
     data = task.sample(args.n, seed=12345)

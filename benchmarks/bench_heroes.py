@@ -13,7 +13,6 @@ Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from pathlib import Path
@@ -22,9 +21,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import sys
 
-from selfrepair import numerics
+from selfrepair.core import numerics
 
-# The numerics mode is put in force before torch is imported (src/selfrepair/numerics.py).
+# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
 NUMERICS = numerics.configure_from_argv(sys.argv)
 
 import pandas as pd
@@ -32,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfrepair import attribution, heroes, interventions, models, train
-from selfrepair import components as C
+from selfrepair.core import attribution, interventions, models, train
+from selfrepair.core import components as C
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
 

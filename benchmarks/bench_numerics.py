@@ -29,14 +29,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def child(mode: str, threads: int, steps: int, n: int) -> dict:
-    from selfrepair import numerics
+    from selfrepair.core import numerics
 
     numerics.configure(mode, threads)
     import torch
     import yaml
 
-    from selfrepair import attribution, heroes, interventions, models, train
-    from selfrepair import components as C
+    from selfrepair.core import attribution, interventions, models, train
+    from selfrepair.core import components as C
+    from selfrepair.heroes import scores as heroes
     from selfrepair.tasks import sequences as S
 
     numerics.apply(mode, threads)

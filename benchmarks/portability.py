@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from selfrepair.numerics import OTHER_CPU_ENV as OTHER  # noqa: E402  imports no torch
+from selfrepair.core.numerics import OTHER_CPU_ENV as OTHER  # noqa: E402  imports no torch
 
 # Columns that hold wall times: expected to differ between any two runs.
 TIME_FIELDS = {"seconds", "train_seconds", "wall_s", "s", "time"}

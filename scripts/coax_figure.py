@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from selfrepair import runtime  # noqa: E402
+from selfrepair.core import runtime  # noqa: E402
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

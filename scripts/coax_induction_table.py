@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from selfrepair import runtime
-from selfrepair.tasks.induction import ratio_table
+from selfrepair.coax.induction_experiment import ratio_table
+from selfrepair.core import runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

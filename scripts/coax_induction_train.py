@@ -4,15 +4,15 @@ import logging
 
 import pandas as pd
 
-from selfrepair import runtime
-from selfrepair.models import save_model
-from selfrepair.tasks import induction
+from selfrepair.coax import induction_experiment
+from selfrepair.core import runtime
+from selfrepair.core.models import save_model
 
 smk = snakemake  # noqa: F821
 device = runtime.start(smk)
 p = smk.params
 s, t = dict(p.spec), dict(p.train)
-model, res = induction.train_model(s["n_layers"], s["n_heads"], s["d_model"], s["seed"], T=tuple(p.T), vocab=p.vocab,
+model, res = induction_experiment.train_model(s["n_layers"], s["n_heads"], s["d_model"], s["seed"], T=tuple(p.T), vocab=p.vocab,
                                    lr=t["lr"], batch_size=t["batch_size"], max_steps=t["max_steps"],
                                    eval_every=t["eval_every"], device=device)
 logging.info("trained: %s", res.log[-1])

@@ -2,9 +2,10 @@
 
 import pandas as pd
 
-from selfrepair import runtime
-from selfrepair.components import head_components, parse
-from selfrepair.models import load_bridge
+from selfrepair.coax import ioi_experiment
+from selfrepair.core import runtime
+from selfrepair.core.components import head_components, parse
+from selfrepair.core.models import load_bridge
 from selfrepair.tasks import ioi
 
 smk = snakemake  # noqa: F821
@@ -16,7 +17,7 @@ truth = pd.read_csv(smk.input.truth)
 primaries = [parse(u) for u in truth.sort_values("drop", ascending=False).query("role == 'primary'")["unit"]]
 backups = [parse(u) for u in truth.query("role == 'backup'")["unit"]]
 prompts = ioi.sample_toy(p.n_prompts, int(p.data_seed)).to(device)
-res = ioi.run_ioi(bridge, prompts, heads, primaries, backups, p.protocol, p.top_r, p.top_k, p.k_recovered,
+res = ioi_experiment.run_ioi(bridge, prompts, heads, primaries, backups, p.protocol, p.top_r, p.top_k, p.k_recovered,
                   p.wake_min, p.ig_steps, p.max_rows)
 for name in ("scores", "discovery", "wake", "freeze", "knockout"):
     t = res[name].copy()

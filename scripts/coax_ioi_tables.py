@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from selfrepair import coax, runtime
+from selfrepair.coax import score as coax
+from selfrepair.core import runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

@@ -4,15 +4,15 @@ import logging
 
 import pandas as pd
 
-from selfrepair import runtime
-from selfrepair.models import save_model
-from selfrepair.tasks import ioi
+from selfrepair.coax import ioi_experiment
+from selfrepair.core import runtime
+from selfrepair.core.models import save_model
 
 smk = snakemake  # noqa: F821
 device = runtime.start(smk)
 p = smk.params
 m, t = dict(p.model), dict(p.train)
-model, res = ioi.train_toy(
+model, res = ioi_experiment.train_toy(
     m["n_layers"], m["n_heads"], m["d_model"], m["d_mlp"], seed=int(p.seed), head_dropout=t["head_dropout"],
     lr=t["lr"], batch_size=t["batch_size"], max_steps=t["max_steps"], eval_every=t["eval_every"], device=device,
 )

@@ -1,7 +1,8 @@
 """Rule coax_pruning: structured head pruning, perplexity over a sparsity sweep."""
 
-from selfrepair import pruning, runtime
-from selfrepair.models import load_bridge
+from selfrepair.coax import pruning
+from selfrepair.core import runtime
+from selfrepair.core.models import load_bridge
 from selfrepair.tasks import lm
 
 smk = snakemake  # noqa: F821

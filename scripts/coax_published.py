@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair import coax, published, runtime
+from selfrepair.coax import real_models
+from selfrepair.coax import score as coax
+from selfrepair.core import published, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
@@ -18,7 +20,7 @@ toy = {
     "pruning": pd.read_csv(i.pruning),
 }
 status = pd.read_csv(i.real_status).fillna("")
-real = coax.real_tables(i.real_tables)
+real = real_models.real_tables(i.real_tables)
 not_run = {}
 for _, r in status.iterrows():
     if r["status"] != "ran":
@@ -29,7 +31,7 @@ not_run.setdefault("limits_induction_shared", "not run: a qualitative reading of
 measured = coax.measured_claims(pd.read_csv(i.synthetic), toy, real, not_run)
 wk = Path(i.real_tables) / "wakeup_models.csv"
 if "wakeup_scales" not in not_run and wk.exists():
-    measured["wakeup_scales"] = coax.wakeup_scales(pd.read_csv(wk))
+    measured["wakeup_scales"] = real_models.wakeup_scales(pd.read_csv(wk))
 table = published.compare("coax", published.load_claims(i.claims, "coax"), measured)
 table["protocol"] = f"COAX protocol {smk.params.protocol}, zero ablation of hook_z"
 table.to_csv(smk.output.csv, index=False)

@@ -5,12 +5,13 @@ Absent weights give a 'not run: weights not found at ...' status row, not a fail
 
 from pathlib import Path
 
-from selfrepair import coax, runtime
+from selfrepair.coax import real_models
+from selfrepair.core import runtime
 
 smk = snakemake  # noqa: F821
 device = runtime.start(smk)
 p = smk.params
 Path(smk.output.tables).mkdir(parents=True, exist_ok=True)
-status = coax.run_real_models(dict(p.real), dict(p.ioi), dict(p.induction), p.protocol, p.top_r, smk.output.tables,
+status = real_models.run_real_models(dict(p.real), dict(p.ioi), dict(p.induction), p.protocol, p.top_r, smk.output.tables,
                               device, p.max_rows)
 status.to_csv(smk.output.status, index=False)

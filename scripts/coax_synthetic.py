@@ -1,6 +1,7 @@
 """Rule coax_synthetic: paper B's synthetic benchmark (planted backups, no model)."""
 
-from selfrepair import coax, runtime
+from selfrepair.coax import score as coax
+from selfrepair.core import runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

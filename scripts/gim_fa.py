@@ -2,11 +2,10 @@
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-import torch  # noqa: E402
 
-from selfrepair import runtime  # noqa: E402
-from selfrepair import feature_attribution as fa  # noqa: E402
-from selfrepair.models import load_bridge, resolve_device  # noqa: E402
+from selfrepair.core import runtime  # noqa: E402
+from selfrepair.core.models import load_bridge, resolve_device  # noqa: E402
+from selfrepair.gim import feature_attribution as fa  # noqa: E402
 from selfrepair.tasks.classify import Classify  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads

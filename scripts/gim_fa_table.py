@@ -4,7 +4,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 
-from selfrepair.feature_attribution import summarize  # noqa: E402
+from selfrepair.gim.feature_attribution import summarize  # noqa: E402
 
 df = pd.concat([pd.read_csv(f) for f in snakemake.input])  # noqa: F821
 table = summarize(df)

@@ -2,11 +2,10 @@
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
-import torch  # noqa: E402
 
-from selfrepair import runtime  # noqa: E402
-from selfrepair import circuits  # noqa: E402
-from selfrepair.models import resolve_device  # noqa: E402
+from selfrepair.core import runtime  # noqa: E402
+from selfrepair.core.models import resolve_device  # noqa: E402
+from selfrepair.gim import circuits  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821

@@ -4,7 +4,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 
-from selfrepair.selfrepair_attention import summarize  # noqa: E402
+from selfrepair.gim.selfrepair_attention import summarize  # noqa: E402
 
 occ = pd.concat([pd.read_csv(f) for f in snakemake.input.occurrences])  # noqa: F821
 abl = pd.concat([pd.read_csv(f) for f in snakemake.input.ablations])  # noqa: F821

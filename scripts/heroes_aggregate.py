@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from selfrepair import heroes_tables as T
-from selfrepair import runtime
+from selfrepair.core import runtime
+from selfrepair.heroes import tables as T
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from selfrepair import plots, runtime
+from selfrepair.core import plots, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from selfrepair import grid_plots, runtime
+from selfrepair.core import runtime
+from selfrepair.heroes import grid_plots
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

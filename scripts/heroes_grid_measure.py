@@ -10,8 +10,10 @@ import logging
 import numpy as np
 import pandas as pd
 
-from selfrepair import analysis, attribution, heroes, interventions, models, protocol, runtime
-from selfrepair import components as C
+from selfrepair.core import analysis, attribution, interventions, models, runtime
+from selfrepair.core import components as C
+from selfrepair.heroes import protocol
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
 smk = snakemake  # noqa: F821

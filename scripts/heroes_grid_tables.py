@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from selfrepair import grid_tables as T
-from selfrepair import published, runtime
+from selfrepair.core import published, runtime
+from selfrepair.heroes import grid_tables as T
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

@@ -5,7 +5,8 @@ import logging
 
 import torch
 
-from selfrepair import heroes, models, runtime
+from selfrepair.core import models, runtime
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
 smk = snakemake  # noqa: F821

@@ -4,8 +4,9 @@ head attends. One job, so that the bridge is booted once per model."""
 
 import pandas as pd
 
-from selfrepair import heroes, interventions, models, runtime
-from selfrepair import components as C
+from selfrepair.core import components as C
+from selfrepair.core import interventions, models, runtime
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks.sequences import Batch
 
 smk = snakemake  # noqa: F821

@@ -7,8 +7,8 @@ sequences), beside ``reproduced`` (all roles). rho claims carry their bootstrap 
 
 import pandas as pd
 
-from selfrepair import heroes_tables as T
-from selfrepair import published, runtime
+from selfrepair.core import published, runtime
+from selfrepair.heroes import tables as T
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

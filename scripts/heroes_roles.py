@@ -10,8 +10,9 @@ within 2 paired SE of this one's (``C_within_2se_of_other``: at least one).
 
 import pandas as pd
 
-from selfrepair import analysis, runtime, spread
-from selfrepair import components as C
+from selfrepair.core import analysis, runtime
+from selfrepair.core import components as C
+from selfrepair.heroes import spread
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

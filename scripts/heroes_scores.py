@@ -10,8 +10,9 @@ matrix (heroes.causal_table, the arithmetic of heroes.causal_scores)."""
 import numpy as np
 import pandas as pd
 
-from selfrepair import attribution, heroes, interventions, models, runtime
-from selfrepair import components as C
+from selfrepair.core import attribution, interventions, models, runtime
+from selfrepair.core import components as C
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks.sequences import Batch
 
 smk = snakemake  # noqa: F821

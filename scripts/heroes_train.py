@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from selfrepair import heroes, models, runtime, train
+from selfrepair.core import models, runtime, train
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
 smk = snakemake  # noqa: F821

@@ -6,7 +6,7 @@ import logging
 
 import pandas as pd
 
-from selfrepair import published, runtime
+from selfrepair.core import published, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)

@@ -5,7 +5,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The numerics mode is set before anything imports torch or numpy: tests (and the
 # workflows they start, which inherit the environment) run portable, one thread, unless
 # SELFREPAIR_TEST_NUMERICS=native asks for this CPU's own kernels.
-from selfrepair import numerics  # noqa: E402  imports no torch
+from selfrepair.core import numerics  # noqa: E402  imports no torch
 
 NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable"))
 numerics.configure(NUMERICS, threads=2)
@@ -13,7 +13,7 @@ numerics.configure(NUMERICS, threads=2)
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from selfrepair import models  # noqa: E402
+from selfrepair.core import models  # noqa: E402
 from selfrepair.tasks import sequences as S  # noqa: E402
 
 numerics.apply(NUMERICS, threads=2)
@@ -32,7 +32,8 @@ def tiny_folder(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_sort_folder(tmp_path_factory):
     """A small model trained briefly on sorting (lengths 2..4) so that exact match varies."""
-    from selfrepair import heroes, train
+    from selfrepair.core import train
+    from selfrepair.heroes import scores as heroes
 
     torch.manual_seed(0)
     cfg = models.gpt2_toy_config(S.VOCAB, n_layers=2, n_heads=2, d_model=64, d_mlp=128, n_ctx=32)

@@ -83,13 +83,22 @@ def paper_of(path) -> str:
 
 
 def copy_training_outputs(src: Path, dest: Path, paper: str) -> None:
-    """Copy what ``paper``'s training rule wrote in the model folder ``src`` to ``dest``."""
+    """Copy what ``paper``'s training rule wrote in the model folder ``src`` to ``dest``.
+
+    The copies get fresh modification times, as if the training rule had just written
+    them: Snakemake reruns a rule whose script is newer than its outputs, and the
+    committed checkpoints must score as fixed weights whenever a training script was
+    last edited (a checkout's file times are arbitrary)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in TRAIN_OUTPUTS[paper]:
+        target = dest / name
         if (src / name).is_dir():
-            shutil.copytree(src / name, dest / name, dirs_exist_ok=True)
+            shutil.copytree(src / name, target, dirs_exist_ok=True, copy_function=shutil.copy)
+            for f in sorted(target.rglob("*")):
+                os.utime(f)
         else:
-            shutil.copy2(src / name, dest / name)
+            shutil.copy(src / name, target)
+        os.utime(target)
 
 
 def sha256(path: Path) -> str:

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from selfrepair import analysis, heroes
+from selfrepair.core import analysis
+from selfrepair.heroes import scores as heroes
 
 
 def test_ranks_average_ties_and_roles_at_exact_threshold():

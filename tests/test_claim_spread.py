@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfrepair import grid_tables, heroes_tables, published, spread
-from selfrepair.published import Measured
+from selfrepair.core import published
+from selfrepair.core.published import Measured
+from selfrepair.heroes import grid_tables, spread
+from selfrepair.heroes import tables as heroes_tables
 
 
 def _outcomes(n, flips):
@@ -92,8 +94,9 @@ def test_within_2se_by_hand():
 def test_outcomes_give_causal_scores_C(trained_sort_folder):
     """The saved orientation of the outcomes [sequences, 1 + components] gives the C of
     heroes.causal_scores (computed from the ablations themselves)."""
-    from selfrepair import components as C
-    from selfrepair import heroes, models
+    from selfrepair.core import components as C
+    from selfrepair.core import models
+    from selfrepair.heroes import scores as heroes
     from selfrepair.tasks import sequences as S
 
     br = models.load_bridge(trained_sort_folder)

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from selfrepair import coax
-from selfrepair.components import Component, head_components, parse
-from selfrepair.stats import paired_test, recall_at_k, roc_auc
-
 from coax_toys import PlantedBackup
+from selfrepair.coax import score as coax
+from selfrepair.core.components import Component, head_components, parse
+from selfrepair.core.stats import paired_test, recall_at_k, roc_auc
 
 torch.set_num_threads(1)
 
@@ -49,7 +48,7 @@ def _hand_energy(dz, z0):
 def test_comp_of_planted_dormant_unit_is_large_and_inert_is_zero():
     m = PlantedBackup(vocab=5, a=1.0)
     tokens = torch.zeros(3, 4, dtype=torch.long)
-    P, I, Z, B, Z2 = parse("L0H0"), parse("L0H1"), parse("L0H2"), parse("L1H0"), parse("L1H1")
+    P, I, Z, B, Z2 = parse("L0H0"), parse("L0H1"), parse("L0H2"), parse("L1H0"), parse("L1H1")  # noqa: E741  the paper's unit names
     res = coax.scan(m, tokens, [I, Z, B, Z2], [P], protocol="v2")
     t = res.table.set_index("unit")
     W0, W1 = m.blocks[0].attn.W_O.detach()[:, 0].numpy(), m.blocks[1].attn.W_O.detach()[:, 0].numpy()
@@ -108,7 +107,7 @@ def test_roc_auc_against_a_hand_count():
 
 @pytest.fixture(scope="module")
 def tiny_gpt2(tmp_path_factory):
-    from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
+    from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
 
     folder = tmp_path_factory.mktemp("gpt2")
     model = build_gpt2_toy(gpt2_toy_config(vocab_size=50, n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
@@ -141,7 +140,7 @@ def test_one_scan_costs_1_plus_2U_forward_passes_batched(tiny_gpt2):
     res2 = coax.scan(b, tokens, units[:3], [units[5]], protocol="v2")
     assert res2.forward_passes == 2 + 2 * 3
     # the batched scan equals one-at-a-time ablation
-    from selfrepair.interventions import run_ablated
+    from selfrepair.core.interventions import run_ablated
 
     sup = coax.clean_support(b, tokens, "v1", 8)
     z_s = run_ablated(b, tokens, [[units[5]]], reduce=sup.gather)[0]

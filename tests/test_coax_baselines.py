@@ -3,11 +3,10 @@
 import pytest
 import torch
 
-from selfrepair import baselines, pruning
-from selfrepair.components import head_components
-from selfrepair.interventions import run_ablated
-
 from coax_toys import LinearHeads
+from selfrepair.coax import baselines, pruning
+from selfrepair.core.components import head_components
+from selfrepair.core.interventions import run_ablated
 
 torch.set_num_threads(1)
 
@@ -69,7 +68,7 @@ def test_graddrop_by_hand_on_a_linear_toy(linear):
 
 
 def test_graddrop_cuts_the_own_layer_on_a_bridged_gpt2(tmp_path):
-    from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
+    from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
 
     model = build_gpt2_toy(gpt2_toy_config(vocab_size=30, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=8),
                            seed=0, positional=True)
@@ -77,10 +76,10 @@ def test_graddrop_cuts_the_own_layer_on_a_bridged_gpt2(tmp_path):
     b = load_bridge(tmp_path / "m")
     tokens = torch.randint(0, 30, (3, 6), generator=torch.Generator().manual_seed(0))
     f = lambda lg: lg[:, -1, 1].mean()  # noqa: E731
-    for l in range(2):
-        zg = baselines._grads(b, tokens, [0, 1], f, drop_layer=l)
-        assert zg[f"blocks.{l}.attn.hook_z"][1].abs().max() == 0
-        assert zg[f"blocks.{1 - l}.attn.hook_z"][1].abs().max() > 0 or l == 0
+    for layer in range(2):
+        zg = baselines._grads(b, tokens, [0, 1], f, drop_layer=layer)
+        assert zg[f"blocks.{layer}.attn.hook_z"][1].abs().max() == 0
+        assert zg[f"blocks.{1 - layer}.attn.hook_z"][1].abs().max() > 0 or layer == 0
     # AtP on the bridge agrees with the hooked gradient of a plain HF forward
     heads = head_components(2, 2)
     a = baselines.atp(b, tokens, heads, f)

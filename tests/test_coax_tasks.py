@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from selfrepair import coax
+from selfrepair.coax import induction_experiment, ioi_experiment, real_models
+from selfrepair.coax import score as coax
 from selfrepair.tasks import induction, ioi, lm
 
 torch.set_num_threads(1)
@@ -42,10 +43,10 @@ def test_induction_sequences_and_metric():
 
 
 def test_attention_only_gpt2_has_no_mlp_output(tmp_path):
-    from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
+    from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
 
     m = build_gpt2_toy(gpt2_toy_config(16, 2, 2, 16, 1, n_ctx=12), seed=0, positional=True)
-    induction.make_attention_only(m)
+    induction_experiment.make_attention_only(m)
     save_model(m, tmp_path / "m")
     b = load_bridge(tmp_path / "m")
     _, cache = b.run_with_cache(torch.randint(0, 16, (2, 8)), names_filter=lambda n: n.endswith("hook_mlp_out"))
@@ -79,8 +80,14 @@ def _word_tokenizer(folder):
 
 @pytest.fixture(scope="module")
 def tiny_real_models(tmp_path_factory):
-    from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                              LlamaForCausalLM)
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     root = tmp_path_factory.mktemp("hub")
     v = 60
@@ -118,12 +125,12 @@ def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
             "induction_models": ["tiny-neox", "tiny-llama"], "n_prompts": 12, "data_seeds": [1, 2], "induction_T": 6}
     ioi_cfg = {"n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2}
     ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
-    status = coax.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu").set_index("experiment")
+    status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu").set_index("experiment")
     assert status.loc["ioi", "status"] == "ran", status.loc["ioi", "reason"]
     assert status.loc["wakeup", "status"] == "ran", status.loc["wakeup", "reason"]
     assert status.loc["induction", "status"] == "ran", status.loc["induction", "reason"]
     assert status.loc["pruning", "status"] == "not run"
-    tabs = coax.real_tables(tmp_path)
+    tabs = real_models.real_tables(tmp_path)
     assert set(tabs["ioi_summary"]["method"]) == {"single", "atp", "eap_ig", "atp_star", "coax"}
     w = pd.read_csv(tmp_path / "wakeup_models.csv")
     assert set(w["model"]) == {"tiny-gpt2", "tiny-neox", "tiny-llama"}
@@ -133,10 +140,10 @@ def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
 def test_absent_weights_are_not_run_not_a_failure(tmp_path):
     real = {"search_paths": [str(tmp_path)], "ioi_model": "no-such-gpt2", "wakeup_models": ["no-such-medium"],
             "induction_models": ["no-such-pythia"], "n_prompts": 8, "data_seeds": [1], "induction_T": 6}
-    status = coax.run_real_models(real, {}, {}, "v2", 16, tmp_path / "t", "cpu")
+    status = real_models.run_real_models(real, {}, {}, "v2", 16, tmp_path / "t", "cpu")
     assert (status["status"] == "not run").all()
     assert status.set_index("experiment").loc["ioi", "reason"].startswith("not run: weights not found")
-    from selfrepair import published
+    from selfrepair.core import published
 
     claims = [{"id": "ioi_auc_coax", "claim": "x", "source": "y", "value": 0.91, "tolerance": 0.05}]
     nr = {c: r for _, row in status.iterrows() if row["status"] != "ran" for c in row["claims"].split() for r in [row["reason"]]}
@@ -152,8 +159,8 @@ def test_ground_truth_pair_interaction_by_hand():
     v = m.blocks[0].attn.W_O.detach()[1, 0]
     io, s = int(u.argmax()), int(u.argmin())
     prompts = ioi.IOIPrompts(torch.zeros(4, 3, dtype=torch.long), torch.full((4,), io), torch.full((4,), s))
-    heads = [ioi.parse_name(n) for n in ("L0H0", "L0H1", "L0H2", "L1H0")]
-    table, pairs, prim, back = ioi.ground_truth(m, prompts, heads, n_primary=1, backup_frac=0.1)
+    heads = [ioi_experiment.parse_name(n) for n in ("L0H0", "L0H1", "L0H2", "L1H0")]
+    table, pairs, prim, back = ioi_experiment.ground_truth(m, prompts, heads, n_primary=1, backup_frac=0.1)
     pairs = pairs.set_index(["u", "v"])
     # P alone: repaired by B (drop 0); B alone: silent (drop 0); together: a (u_io - u_s)
     assert pairs.loc[("L0H0", "L1H0"), "drop_u"] == pytest.approx(0.0, abs=1e-6)

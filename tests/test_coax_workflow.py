@@ -2,13 +2,13 @@
 scoring the committed checkpoints of tests/golden (fixed weights: no training job runs;
 tests/test_golden.py checks that training reproduces them), and its regression values."""
 
-import golden_suite as G
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from selfrepair.baselines import DISCOVERY_METHODS
+import golden_suite as G
+from selfrepair.coax.baselines import DISCOVERY_METHODS
 
 ROOT = G.ROOT
 TARGETS = ["results/published/coax.csv", "results/coax/figures/discovery.png", "results/coax/figures/induction.png"]

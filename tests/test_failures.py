@@ -13,11 +13,12 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_workflow import BIN, ROOT, configs, snakemake
 
-from selfrepair import circuits as C
-from selfrepair import models, runtime
+from selfrepair.core import models, runtime
+from selfrepair.gim import circuits as C
 from selfrepair.tasks import sequences as S
+from selfrepair.tasks.counterfactual import CounterfactualBatch
+from test_workflow import BIN, ROOT, configs, snakemake
 
 # ---------------------------------------------------------------- 1. NaN/inf weights
 
@@ -154,18 +155,18 @@ def test_mib_truncated_file_is_named(mib_file):
 
 def _batch():
     t = torch.arange(12).reshape(3, 4)
-    return C.CounterfactualBatch(t, t + 1, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([3, 3, 2]))
+    return CounterfactualBatch(t, t + 1, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([3, 3, 2]))
 
 
 def test_counterfactual_batch_roundtrip(tmp_path):
     _batch().save(tmp_path / "b.pt")
-    b = C.CounterfactualBatch.load(tmp_path / "b.pt")
+    b = CounterfactualBatch.load(tmp_path / "b.pt")
     assert torch.equal(b.clean, torch.arange(12).reshape(3, 4)) and b.pos.tolist() == [3, 3, 2]
 
 
 def test_counterfactual_batch_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=re.escape(f"missing file: {tmp_path / 'nope.pt'}")):
-        C.CounterfactualBatch.load(tmp_path / "nope.pt")
+        CounterfactualBatch.load(tmp_path / "nope.pt")
 
 
 def test_counterfactual_batch_corrupted_file_is_named(tmp_path):
@@ -173,7 +174,7 @@ def test_counterfactual_batch_corrupted_file_is_named(tmp_path):
     _batch().save(f)
     f.write_bytes(f.read_bytes()[:50])
     with pytest.raises(ValueError, match=re.escape(f"corrupted tensor file {f}")):
-        C.CounterfactualBatch.load(f)
+        CounterfactualBatch.load(f)
 
 
 class _Evil:
@@ -187,14 +188,14 @@ def test_counterfactual_batch_refuses_pickled_code(tmp_path):
     d = _batch().__dict__ | {"clean": _Evil()}
     torch.save(d, f)
     with pytest.raises(ValueError, match=re.escape(f"corrupted tensor file {f}")):
-        C.CounterfactualBatch.load(f)
+        CounterfactualBatch.load(f)
 
 
 def test_counterfactual_batch_wrong_keys_are_named(tmp_path):
     f = tmp_path / "b.pt"
     torch.save({"clean": torch.zeros(2, 3)}, f)
     with pytest.raises(ValueError, match=re.escape(f"{f} is not a saved CounterfactualBatch")):
-        C.CounterfactualBatch.load(f)
+        CounterfactualBatch.load(f)
 
 
 # ---------------------------------------------------------------- 4. file modes

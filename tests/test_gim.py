@@ -9,8 +9,8 @@ warnings.filterwarnings("ignore")
 
 gim_ref = pytest.importorskip("gim")  # the reference package, pinned in requirements.lock
 
-from selfrepair.gim import GIMConfig, gim, temperature_softmax, tsg_softmax  # noqa: E402
-from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.gim.backward import GIMConfig, gim, temperature_softmax, tsg_softmax  # noqa: E402
 from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
 
 NONE = dict(freeze_norm=False, softmax_temperature=None, q_scale=None, k_scale=None, v_scale=None)

@@ -8,10 +8,10 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair import circuits as C  # noqa: E402
-from selfrepair.gim import GIMConfig, gim  # noqa: E402
-from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
-from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
+from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.gim import circuits as C  # noqa: E402
+from selfrepair.gim.backward import GIMConfig, gim  # noqa: E402
+from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 
 
 def _save_llama(folder):
@@ -42,7 +42,7 @@ def _data(n=4, T=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     clean = torch.randint(2, 20, (n, T), generator=g)
     corrupt = torch.randint(2, 20, (n, T), generator=g)
-    return C.CounterfactualBatch(clean, corrupt, torch.randint(2, 20, (n,), generator=g),
+    return CounterfactualBatch(clean, corrupt, torch.randint(2, 20, (n,), generator=g),
                                  torch.randint(2, 20, (n,), generator=g), torch.full((n,), T - 1))
 
 

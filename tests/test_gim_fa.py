@@ -7,9 +7,9 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair import feature_attribution as FA  # noqa: E402
-from selfrepair.gim import GIMConfig  # noqa: E402
-from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.gim import feature_attribution as FA  # noqa: E402
+from selfrepair.gim.backward import GIMConfig  # noqa: E402
 from selfrepair.tasks.classify import Classify  # noqa: E402
 from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
 

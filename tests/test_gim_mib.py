@@ -8,8 +8,8 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair import circuits as C  # noqa: E402
-from selfrepair.models import build_gpt2_toy, gpt2_toy_config, save_model  # noqa: E402
+from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, save_model  # noqa: E402
+from selfrepair.gim import circuits as C  # noqa: E402
 from selfrepair.tasks import mib  # noqa: E402
 from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
 
@@ -17,8 +17,14 @@ VOCAB = ["<pad>", "<bos>"] + [f"t{i}" for i in range(30)]
 
 
 def _models(root):
-    from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                              Qwen2ForCausalLM)
+    from transformers import (
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     kw = dict(vocab_size=len(VOCAB), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, head_dim=4)

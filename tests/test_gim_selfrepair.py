@@ -7,10 +7,10 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair.circuits import CounterfactualBatch, logit_diff  # noqa: E402
-from selfrepair.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
-from selfrepair.selfrepair_attention import attention_selfrepair, occurrences  # noqa: E402
-from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
+from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.gim.circuits import logit_diff  # noqa: E402
+from selfrepair.gim.selfrepair_attention import attention_selfrepair, occurrences  # noqa: E402
+from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 
 
 def test_occurrences_hand_counted():

@@ -2,10 +2,11 @@
 scoring the committed checkpoints of tests/golden (fixed weights: no training job runs;
 tests/test_golden.py checks that training reproduces them), and its regression values."""
 
-import golden_suite as G
 import numpy as np
 import pandas as pd
 import pytest
+
+import golden_suite as G
 
 TARGETS = [
     "results/published/gim.csv",

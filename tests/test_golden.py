@@ -4,11 +4,11 @@ weights, is tests/test_workflow.py::test_tiny_run_matches_golden_values)."""
 import json
 import os
 
-import golden_suite as G
 import pandas as pd
 import pytest
 
-from selfrepair import numerics
+import golden_suite as G
+from selfrepair.core import numerics
 
 NUMERICS = os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable")
 

@@ -3,10 +3,11 @@ import math
 import pytest
 import torch
 
-from selfrepair import attribution, heroes, interventions, models
-from selfrepair import components as C
+from selfrepair.core import attribution, interventions, models
+from selfrepair.core import components as C
+from selfrepair.core.train import masked_lm_loss
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
-from selfrepair.train import masked_lm_loss
 
 
 def test_gradient_norm_equals_autograd_on_weight_slices(tiny_folder):

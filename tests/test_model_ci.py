@@ -10,9 +10,10 @@ import math
 import pandas as pd
 import pytest
 
-from selfrepair import circuits, coax
-from selfrepair.published import Measured
-from selfrepair.stats import fmt_ci, t_interval
+from selfrepair.coax import score as coax
+from selfrepair.core.published import Measured
+from selfrepair.core.stats import fmt_ci, t_interval
+from selfrepair.gim import circuits
 
 HALF = 4.302653 * 0.1 / math.sqrt(3)  # 0.248414
 

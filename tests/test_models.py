@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from selfrepair import models, train
+from selfrepair.core import models, train
 from selfrepair.tasks import sequences as S
 
 

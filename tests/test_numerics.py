@@ -1,7 +1,6 @@
-"""The numerics mode (src/selfrepair/numerics.py): pins, their check, and the claim that
+"""The numerics mode (src/selfrepair/core/numerics.py): pins, their check, and the claim that
 the portable mode gives the same bits whatever the environment asks for."""
 
-import hashlib
 import json
 import os
 import subprocess
@@ -10,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from selfrepair import numerics
+from selfrepair.core import numerics
 
 NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable"))
 
@@ -64,7 +63,7 @@ def _python(code, env):
 
 def test_missing_pins_fail_loudly():
     env = numerics.environment("native", base=os.environ)
-    r = _python("import torch; torch.set_num_threads(1); from selfrepair import numerics; numerics.check('portable')", env)
+    r = _python("import torch; torch.set_num_threads(1); from selfrepair.core import numerics; numerics.check('portable')", env)
     assert r.returncode != 0 and "NumericsError" in r.stderr and "ATEN_CPU_CAPABILITY=avx2" in r.stderr
 
 
@@ -73,7 +72,7 @@ def test_torch_loaded_before_the_pins_fails_loudly():
     env = numerics.environment("native", base=os.environ)
     code = (
         "import os, torch; torch.backends.cpu.get_cpu_capability()\n"
-        "from selfrepair import numerics\n"
+        "from selfrepair.core import numerics\n"
         "os.environ.update(numerics.PINS); numerics.apply('portable', 1)"
     )
     r = _python(code, env)
@@ -82,10 +81,10 @@ def test_torch_loaded_before_the_pins_fails_loudly():
 
 TRAIN = """
 import hashlib, json, sys
-from selfrepair import numerics
+from selfrepair.core import numerics
 numerics.configure(sys.argv[1], threads=int(sys.argv[2]))
 import torch
-from selfrepair import models, train
+from selfrepair.core import models, train
 from selfrepair.tasks import sequences as S
 numerics.apply(sys.argv[1], int(sys.argv[2]))
 cfg = models.gpt2_toy_config(S.VOCAB, n_layers=2, n_heads=2, d_model=64, d_mlp=256, n_ctx=16)

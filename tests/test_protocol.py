@@ -7,8 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from selfrepair import grid, grid_tables, heroes, interventions, models, protocol
-from selfrepair import components as C
+from selfrepair.core import components as C
+from selfrepair.core import interventions, models
+from selfrepair.heroes import grid, grid_tables, protocol
+from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
 BASE = {"padding": "per_batch", "init": "transformers", "g_normalization": "sqrt", "site": "hook_z", "n_eval": 1000, "role_boundary": "inclusive"}

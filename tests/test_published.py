@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from selfrepair import published, readme_table
-from selfrepair.published import Holds, NotRun
+from selfrepair.core import published, readme_table
+from selfrepair.core.published import Holds, NotRun
 
 ROOT = Path(__file__).resolve().parents[1]
 

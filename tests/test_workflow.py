@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import golden_suite
 import pandas as pd
 import pytest
 import yaml
+
+import golden_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -62,8 +63,14 @@ def test_snakefmt_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_ruff_is_clean():
+    r = subprocess.run([str(BIN / "ruff"), "check", "src", "scripts", "tests", "benchmarks"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_conda_env_mirrors_the_lock():
-    lock = [l.strip() for l in (ROOT / "requirements.lock").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    lock = [line.strip() for line in (ROOT / "requirements.lock").read_text().splitlines() if line.strip() and not line.startswith("#")]
     env = yaml.safe_load((ROOT / "envs" / "selfrepair.yaml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert [p for p in pip if not p.startswith("-e")] == lock
@@ -257,6 +264,19 @@ def test_tiny_run_is_complete_resumes_and_is_deterministic(tiny_run):
     for name, content in before_tables.items():
         assert (tables / name).read_bytes() == content, name
     assert (seed_dir / "ablations.csv").read_bytes() == before_scores
+
+
+@pytest.mark.slow
+def test_report_renders_without_docutils_messages(tiny_run, tmp_path):
+    """The HTML report of the tiny run: no docutils system message anywhere (a category
+    name with ': ' once became a duplicate link target on every page)."""
+    d, args = tiny_run
+    out = tmp_path / "report.html"
+    snakemake("--report", str(out), *args)
+    html = out.read_text()
+    assert len(html) > 10_000
+    for bad in ("System Message", "Duplicate explicit target", "Unknown target name"):
+        assert bad not in html, bad
 
 
 @pytest.mark.slow

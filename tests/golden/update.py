@@ -9,7 +9,7 @@ checkpoints under checkpoints/results/<paper>, their rows of checkpoints.csv (th
 papers' rows stay as they are) and their golden CSVs (heroes_tiny_*.csv and, with
 --retrain, training.csv; coax_tiny_*.csv; gim_tiny_*.csv).
 
-Both run under the portable numerics mode (src/selfrepair/numerics.py). Run the scoring
+Both run under the portable numerics mode (src/selfrepair/core/numerics.py). Run the scoring
 update after a change that is meant to move a score; retrain only after a change that is
 meant to move training (the model, the loop, the data, the numerics pins). Commit the
 files with a message that says why they moved. What lives here: tests/golden_suite.py.
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from selfrepair import numerics  # noqa: E402  before anything imports torch
+from selfrepair.core import numerics  # noqa: E402  before anything imports torch
 
 numerics.configure("portable")
 

@@ -54,7 +54,7 @@ rule coax_synthetic:
         synthetic=COAX["synthetic"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("coax", "stats"),
+        code=code_hash("coax/score", "core/stats"),
     script:
         "../../scripts/coax_synthetic.py"
 
@@ -76,7 +76,7 @@ rule coax_ioi_train:
         train=C_IOI["train"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "train", "tasks/ioi"),
+        code=code_hash("core/models", "core/train", "coax/ioi_experiment", "tasks/ioi"),
     script:
         "../../scripts/coax_ioi_train.py"
 
@@ -102,7 +102,9 @@ rule coax_ioi_truth:
         max_rows=COAX["max_rows"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "interventions", "tasks/ioi"),
+        code=code_hash(
+            "core/models", "core/interventions", "coax/ioi_experiment", "tasks/ioi"
+        ),
     script:
         "../../scripts/coax_ioi_truth.py"
 
@@ -134,7 +136,13 @@ rule coax_ioi_run:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "coax", "baselines", "interventions", "stats", "models", "tasks/ioi"
+            "coax/ioi_experiment",
+            "coax/score",
+            "coax/baselines",
+            "core/interventions",
+            "core/stats",
+            "core/models",
+            "tasks/ioi",
         ),
     script:
         "../../scripts/coax_ioi_run.py"
@@ -161,7 +169,7 @@ rule coax_ioi_tables:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("coax", "stats"),
+        code=code_hash("coax/score", "core/stats"),
     script:
         "../../scripts/coax_ioi_tables.py"
 
@@ -184,7 +192,9 @@ rule coax_induction_train:
         train=C_IND["train"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "train", "tasks/induction"),
+        code=code_hash(
+            "core/models", "core/train", "coax/induction_experiment", "tasks/induction"
+        ),
     script:
         "../../scripts/coax_induction_train.py"
 
@@ -215,7 +225,13 @@ rule coax_induction_run:
         max_rows=COAX["max_rows"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("coax", "interventions", "models", "tasks/induction"),
+        code=code_hash(
+            "coax/induction_experiment",
+            "coax/score",
+            "core/interventions",
+            "core/models",
+            "tasks/induction",
+        ),
     script:
         "../../scripts/coax_induction_run.py"
 
@@ -231,6 +247,7 @@ rule coax_induction_table:
         "../../envs/selfrepair.yaml"
     params:
         models=list(C_IND_MODELS),
+        code=code_hash("coax/induction_experiment"),
     script:
         "../../scripts/coax_induction_table.py"
 
@@ -252,7 +269,7 @@ rule coax_lm_train:
         train=C_PR["train"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "train", "tasks/lm"),
+        code=code_hash("core/models", "core/train", "coax/lm_training", "tasks/lm"),
     script:
         "../../scripts/coax_lm_train.py"
 
@@ -283,7 +300,12 @@ rule coax_pruning:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "pruning", "coax", "baselines", "interventions", "models", "tasks/lm"
+            "coax/pruning",
+            "coax/score",
+            "coax/baselines",
+            "core/interventions",
+            "core/models",
+            "tasks/lm",
         ),
     script:
         "../../scripts/coax_pruning.py"
@@ -310,11 +332,14 @@ rule coax_real:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "coax",
-            "baselines",
-            "interventions",
-            "stats",
-            "models",
+            "coax/real_models",
+            "coax/ioi_experiment",
+            "coax/induction_experiment",
+            "coax/score",
+            "coax/baselines",
+            "core/interventions",
+            "core/stats",
+            "core/models",
             "tasks/ioi",
             "tasks/induction",
         ),
@@ -368,6 +393,6 @@ rule coax_published:
         "../../envs/selfrepair.yaml"
     params:
         protocol=COAX["protocol"],
-        code=code_hash("coax", "published"),
+        code=code_hash("coax/score", "coax/real_models", "core/published"),
     script:
         "../../scripts/coax_published.py"

@@ -41,13 +41,13 @@ for _paper in ("heroes", "coax", "gim"):
 
 SRC = Path(workflow.basedir) / "src" / "selfrepair"
 _sys.path.insert(0, str(SRC.parent))
-from selfrepair import numerics as _numerics  # noqa: E402  imports no torch
-from selfrepair.runtime import cuda_available as _cuda_available  # noqa: E402
+from selfrepair.core import numerics as _numerics  # noqa: E402  imports no torch
+from selfrepair.core.runtime import cuda_available as _cuda_available  # noqa: E402
 
 PAPERS = list(config["papers"])
 DEVICE = config["device"]
 
-# The numerics mode (src/selfrepair/numerics.py): its pins go into this process's
+# The numerics mode (src/selfrepair/core/numerics.py): its pins go into this process's
 # environment, which every job inherits (locally and on a cluster node, where the job
 # parses this file again), before any job imports torch. Portable jobs run one thread.
 NUMERICS = config["numerics"]

@@ -24,8 +24,10 @@ G_SEED0 = G_SEEDS[0]
 G_M = f"{G_DIR}/{{gtask}}/{{gmodel}}/seed{{gseed}}"
 G_CLAIMS = PUBLISHED
 G_TRAIN_CODE = (
-    "train",
-    "models",
+    "gim/training",
+    "coax/ioi_experiment",
+    "core/train",
+    "core/models",
     "tasks/counterfactual",
     "tasks/mcqa",
     "tasks/arithmetic",
@@ -33,13 +35,19 @@ G_TRAIN_CODE = (
     "tasks/ioi",
 )
 G_CODE_FA = (
-    "gim",
-    "feature_attribution",
+    "gim/backward",
+    "gim/feature_attribution",
     "tasks/classify",
     "tasks/counterfactual",
-    "models",
+    "core/models",
 )
-G_CODE = ("gim", "circuits", "tasks/counterfactual", "tasks/mcqa", "tasks/arithmetic")
+G_CODE = (
+    "gim/backward",
+    "gim/circuits",
+    "tasks/counterfactual",
+    "tasks/mcqa",
+    "tasks/arithmetic",
+)
 
 
 wildcard_constraints:
@@ -113,7 +121,7 @@ rule gim_localize:
         circuit_fraction=GIM["circuit_fraction"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "models"),
+        code=code_hash(*G_CODE, "core/models"),
     script:
         "../../scripts/gim_localize.py"
 
@@ -149,7 +157,7 @@ rule gim_tables:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("circuits", "stats"),
+        code=code_hash("gim/circuits", "core/stats"),
     script:
         "../../scripts/gim_tables.py"
 
@@ -195,7 +203,7 @@ rule gim_speed:
         batch_size=GIM["batch_size"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "models"),
+        code=code_hash(*G_CODE, "core/models"),
     script:
         "../../scripts/gim_speed.py"
 
@@ -219,7 +227,9 @@ rule gim_published:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("published", "circuits", "selfrepair_attention", "stats"),
+        code=code_hash(
+            "core/published", "gim/circuits", "gim/selfrepair_attention", "core/stats"
+        ),
     script:
         "../../scripts/gim_published.py"
 
@@ -245,7 +255,7 @@ rule gim_selfrepair:
         data_seed=GIM["data_seed"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "selfrepair_attention", "models"),
+        code=code_hash(*G_CODE, "gim/selfrepair_attention", "core/models"),
     script:
         "../../scripts/gim_selfrepair.py"
 
@@ -277,7 +287,7 @@ rule gim_selfrepair_table:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("selfrepair_attention"),
+        code=code_hash("gim/selfrepair_attention"),
     script:
         "../../scripts/gim_selfrepair_table.py"
 
@@ -343,7 +353,7 @@ rule gim_fa_table:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("feature_attribution"),
+        code=code_hash("gim/feature_attribution"),
     script:
         "../../scripts/gim_fa_table.py"
 
@@ -371,6 +381,6 @@ rule gim_mib:
         fractions=GIM["fractions"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "tasks/mib", "models"),
+        code=code_hash(*G_CODE, "tasks/mib", "core/models"),
     script:
         "../../scripts/gim_mib.py"

@@ -76,7 +76,7 @@ rule heroes_train:
         max_length=max(HEROES["ood"]["lengths"]),
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "train", "heroes", "tasks/sequences"),
+        code=code_hash("core/models", "core/train", "heroes/scores", "tasks/sequences"),
     script:
         "../../scripts/heroes_train.py"
 
@@ -105,7 +105,7 @@ rule heroes_ood:
         n_eval=HEROES["scores"]["n_eval"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "heroes", "tasks/sequences"),
+        code=code_hash("core/models", "heroes/scores", "tasks/sequences"),
     script:
         "../../scripts/heroes_ood.py"
 
@@ -132,7 +132,12 @@ rule heroes_scores:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "models", "attribution", "interventions", "heroes", "components", "spread"
+            "core/models",
+            "core/attribution",
+            "core/interventions",
+            "heroes/scores",
+            "core/components",
+            "heroes/spread",
         ),
     script:
         "../../scripts/heroes_scores.py"
@@ -159,7 +164,7 @@ rule heroes_roles:
         thresholds=HEROES["roles"]["thresholds"],
         n_boot=HEROES["roles"]["n_boot"],
         stable_share=HEROES["roles"]["stable_share"],
-        code=code_hash("analysis", "components", "spread"),
+        code=code_hash("core/analysis", "core/components", "heroes/spread"),
     script:
         "../../scripts/heroes_roles.py"
 
@@ -189,7 +194,9 @@ rule heroes_probe:
         ablation=HEROES["scores"]["ablation"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "interventions", "heroes", "components"),
+        code=code_hash(
+            "core/models", "core/interventions", "heroes/scores", "core/components"
+        ),
     script:
         "../../scripts/heroes_probe.py"
 
@@ -207,50 +214,50 @@ rule heroes_aggregate:
         seeds=report(
             f"{H_TABLES}/seeds.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         rho=report(
             f"{H_TABLES}/rho.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         run_summary=report(
             f"{H_TABLES}/run_summary.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         components=report(
             f"{H_TABLES}/components.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         roles_by_layer=report(
             f"{H_TABLES}/roles_by_layer.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         role_stability=report(
             f"{H_TABLES}/role_stability.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         gradient_by_layer=report(
             f"{H_TABLES}/gradient_by_layer.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         redundancy=f"{H_TABLES}/redundancy.csv",
         redundancy_summary=report(
             f"{H_TABLES}/redundancy_summary.csv",
             caption="../report/heroes_tables.rst",
-            category="Paper A: Hidden Heroes",
+            category="Paper A (Hidden Heroes)",
             subcategory="Tables",
         ),
         pruning=f"{H_TABLES}/pruning.csv",
@@ -263,7 +270,7 @@ rule heroes_aggregate:
         "../../envs/selfrepair.yaml"
     params:
         thresholds=HEROES["roles"]["thresholds"],
-        code=code_hash("heroes_tables", "analysis"),
+        code=code_hash("heroes/tables", "core/analysis"),
     script:
         "../../scripts/heroes_aggregate.py"
 
@@ -291,7 +298,7 @@ for _fig, _tables in H_FIGURE_INPUTS.items():
             report(
                 f"{H_FIGS}/{_fig}.png",
                 caption=f"../report/heroes_{_fig}.rst",
-                category="Paper A: Hidden Heroes",
+                category="Paper A (Hidden Heroes)",
             ),
             f"{H_FIGS}/{_fig}.pdf",
         log:
@@ -302,7 +309,7 @@ for _fig, _tables in H_FIGURE_INPUTS.items():
         params:
             figure=_fig,
             threshold=HEROES["roles"]["threshold"],
-            code=code_hash("plots"),
+            code=code_hash("core/plots"),
         script:
             "../../scripts/heroes_figure.py"
 
@@ -332,6 +339,6 @@ rule heroes_published:
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
         protocol=H_PROTOCOL,
-        code=code_hash("heroes_tables", "published"),
+        code=code_hash("heroes/tables", "core/published"),
     script:
         "../../scripts/heroes_published.py"

@@ -1,8 +1,8 @@
 # Paper A's protocol grid (issue 5): which protocol choices move the published numbers.
-# Cells and their protocols: src/selfrepair/grid.py. Models are shared between cells of
+# Cells and their protocols: src/selfrepair/heroes/grid.py. Models are shared between cells of
 # one training key ({padding}-{init}); the default key's models are the main run's.
 # model -> heroes_grid_measure (every cell of that model) -> heroes_grid_tables -> figures
-from selfrepair import grid as _grid  # noqa: E402  pure Python: builds the DAG
+from selfrepair.heroes import grid as _grid  # noqa: E402  pure Python: builds the DAG
 
 GRID = HEROES["grid"]
 GRID_BASE = _grid.base_protocol(HEROES)
@@ -59,7 +59,7 @@ use rule heroes_train as heroes_grid_train with:
         max_length=max(HEROES["ood"]["lengths"]),
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("models", "train", "heroes", "tasks/sequences"),
+        code=code_hash("core/models", "core/train", "heroes/scores", "tasks/sequences"),
 
 
 use rule heroes_ood as heroes_grid_ood with:
@@ -105,12 +105,12 @@ rule heroes_grid_measure:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "models",
-            "attribution",
-            "interventions",
-            "heroes",
-            "components",
-            "protocol",
+            "core/models",
+            "core/attribution",
+            "core/interventions",
+            "heroes/scores",
+            "core/components",
+            "heroes/protocol",
         ),
     script:
         "../../scripts/heroes_grid_measure.py"
@@ -128,32 +128,32 @@ rule heroes_grid_tables:
         rho=report(
             f"{GRID_TABLES}/rho.csv",
             caption="../report/heroes_grid.rst",
-            category="Paper A: protocol grid",
+            category="Paper A (protocol grid)",
         ),
         roles_by_layer=report(
             f"{GRID_TABLES}/roles_by_layer.csv",
             caption="../report/heroes_grid.rst",
-            category="Paper A: protocol grid",
+            category="Paper A (protocol grid)",
         ),
         superadditivity=report(
             f"{GRID_TABLES}/superadditivity.csv",
             caption="../report/heroes_grid.rst",
-            category="Paper A: protocol grid",
+            category="Paper A (protocol grid)",
         ),
         noise=report(
             f"{GRID_TABLES}/noise.csv",
             caption="../report/heroes_grid.rst",
-            category="Paper A: protocol grid",
+            category="Paper A (protocol grid)",
         ),
         claims=report(
             f"{GRID_TABLES}/claims.csv",
             caption="../report/heroes_grid.rst",
-            category="Paper A: protocol grid",
+            category="Paper A (protocol grid)",
         ),
         paired=report(
             f"{GRID_TABLES}/paired.csv",
             caption="../report/heroes_grid.rst",
-            category="Paper A: protocol grid",
+            category="Paper A (protocol grid)",
         ),
     log:
         "logs/heroes/grid/tables.log",
@@ -165,7 +165,13 @@ rule heroes_grid_tables:
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
         n_boot=GRID["n_boot"],
-        code=code_hash("grid_tables", "grid", "analysis", "published", "spread"),
+        code=code_hash(
+            "heroes/grid_tables",
+            "heroes/grid",
+            "core/analysis",
+            "core/published",
+            "heroes/spread",
+        ),
     script:
         "../../scripts/heroes_grid_tables.py"
 
@@ -181,7 +187,7 @@ for _fig, _tables in GRID_FIGURES.items():
             report(
                 f"{GRID_FIGS}/{_fig}.png",
                 caption=f"../report/heroes_grid_{_fig}.rst",
-                category="Paper A: protocol grid",
+                category="Paper A (protocol grid)",
             ),
             f"{GRID_FIGS}/{_fig}.pdf",
         log:
@@ -191,6 +197,6 @@ for _fig, _tables in GRID_FIGURES.items():
             "../../envs/selfrepair.yaml"
         params:
             figure=_fig,
-            code=code_hash("grid_plots", "plots"),
+            code=code_hash("heroes/grid_plots", "core/plots"),
         script:
             "../../scripts/heroes_grid_figure.py"

@@ -18,6 +18,6 @@ rule published_summary:
     params:
         strict=config["strict"],
         numerics=NUMERICS,
-        code=code_hash("published"),
+        code=code_hash("core/published"),
     script:
         "../../scripts/published_summary.py"

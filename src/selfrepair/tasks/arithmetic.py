@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..circuits import CounterfactualBatch
+from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 N = 20
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..circuits import CounterfactualBatch
+from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 N_FILLER, N_SIGNAL, LENGTH = 24, 6, 12
 

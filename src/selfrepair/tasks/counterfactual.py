@@ -1,10 +1,10 @@
 """Shared pieces of paper C's MIB-style toy tasks (clean/counterfactual pairs).
 
-A task is a word vocabulary plus a deterministic generator ``sample(n, seed)`` of
-:class:`selfrepair.circuits.CounterfactualBatch` rows whose answer is read at the last
-position. ``train_task_model`` trains a small GPT-2 from scratch on the clean prompts
-(next-token loss at the answer position only) and saves it with a word-level tokenizer,
-so that ``models.load_bridge`` boots it like any local Hugging Face model.
+:class:`CounterfactualBatch` is the data container of every counterfactual dataset
+(the toy tasks here and MIB's, ``tasks.mib``). A task is a word vocabulary plus a
+deterministic generator ``sample(n, seed)`` of ``CounterfactualBatch`` rows whose
+answer is read at the last position; ``get_task`` names them. Training a model on a
+task is paper C's (``selfrepair.gim.training``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,45 @@ from pathlib import Path
 
 import torch
 
-from ..circuits import CounterfactualBatch
+
+@dataclass
+class CounterfactualBatch:
+    """A generic counterfactual dataset: clean and corrupted tokens of equal shape, the
+    answer and foil ids, and the position (per row) whose logits are read."""
+
+    clean: torch.Tensor
+    corrupt: torch.Tensor
+    answer: torch.Tensor
+    foil: torch.Tensor
+    pos: torch.Tensor
+
+    def __len__(self):
+        return self.clean.shape[0]
+
+    def slice(self, a, b) -> "CounterfactualBatch":
+        return CounterfactualBatch(self.clean[a:b], self.corrupt[a:b], self.answer[a:b], self.foil[a:b], self.pos[a:b])
+
+    def save(self, path):
+        from selfrepair.core.runtime import save_tensors
+
+        save_tensors(path, dict(self.__dict__))
+
+    @classmethod
+    def load(cls, path) -> "CounterfactualBatch":
+        """Load a file written by ``save`` safely (``weights_only=True``: tensors only, no
+        pickled code). FileNotFoundError / ValueError naming the path when missing or bad."""
+        from selfrepair.core.runtime import load_tensors
+
+        d = load_tensors(path)  # FileNotFoundError or ValueError, naming the path
+        fields = ("clean", "corrupt", "answer", "foil", "pos")
+        if not isinstance(d, dict) or set(d) != set(fields):
+            got = sorted(d) if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"{path} is not a saved CounterfactualBatch: expected keys {list(fields)}, got {got}")
+        return cls(**d)
+
+    def batches(self, size: int):
+        for a in range(0, len(self), size):
+            yield self.slice(a, a + size)
 
 
 @dataclass
@@ -50,50 +88,19 @@ def lm_batch(data: CounterfactualBatch) -> LMBatch:
     return LMBatch(tokens, targets, mask)
 
 
-def accuracy(model, data: CounterfactualBatch) -> float:
-    with torch.no_grad():
-        logits = model(input_ids=data.clean).logits
-    rows = torch.arange(len(data))
-    return float((logits[rows, data.pos].argmax(-1) == data.answer).float().mean())
-
-
-def train_task_model(task, folder, n_layers: int, n_heads: int, d_model: int, d_mlp: int, seed: int, lr: float, batch_size: int, max_steps: int, eval_every: int = 200, target_accuracy: float = 0.99, device: str = "cpu") -> dict:
-    """Train a GPT-2 toy on ``task`` and save it (with tokenizer and metadata) in ``folder``."""
-    from ..models import build_gpt2_toy, gpt2_toy_config, save_model
-    from ..train import train
-
-    cfg = gpt2_toy_config(
-        vocab_size=len(task.vocab), n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=d_mlp, n_ctx=task.n_ctx
-    )
-    model = build_gpt2_toy(cfg, init="transformers", seed=seed, positional=True)
-    held_out = task.sample(500, seed=10_000 + seed)
-
-    def batch_fn(step):
-        return lm_batch(task.sample(batch_size, seed=seed * 1_000_003 + step))
-
-    res = train(
-        model, batch_fn, lambda m: accuracy(m, held_out), lr=lr, max_steps=max_steps, eval_every=eval_every,
-        target_accuracy=target_accuracy, device=device,
-    )
-    meta = {"task": task.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
-    save_model(model.cpu(), folder, meta)
-    save_word_tokenizer(folder, task.vocab)
-    return meta
-
-
 class ToyIOI:
     """Paper B's toy IOI language (``tasks/ioi.py``) as a counterfactual task.
 
     Counterfactual: MIB's ``s2_io_flip_counterfactual`` (the second subject S2 replaced
     by the indirect object, which makes S the expected answer); answer IO, foil S.
-    Trained with paper B's own recipe (``ioi.train_toy``).
+    Trained with paper B's own recipe (``selfrepair.coax.ioi_experiment.train_toy``).
     """
 
     name = "ioi"
     S2_POS = 10  # [BOS] When A and B went to the P , S ...: S2 is the 11th token
 
     def __init__(self):
-        from . import ioi
+        from selfrepair.tasks import ioi
 
         self.ioi = ioi
         self.vocab = list(ioi.VOCAB_WORDS)
@@ -109,38 +116,21 @@ class ToyIOI:
         pos = torch.full((n,), clean.shape[1] - 1)
         return CounterfactualBatch(clean, corrupt, p.io, p.s, pos)
 
-    def train(self, folder, n_layers, n_heads, d_model, d_mlp, seed, lr, batch_size, max_steps, eval_every=250, target_accuracy=0.99, device="cpu") -> dict:
-        from ..models import save_model
-
-        model, res = self.ioi.train_toy(n_layers, n_heads, d_model, d_mlp, seed, lr=lr, batch_size=batch_size,
-                                        max_steps=max_steps, eval_every=eval_every,
-                                        target_accuracy=target_accuracy, device=device)
-        meta = {"task": self.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
-        save_model(model.cpu(), folder, meta)
-        save_word_tokenizer(folder, self.vocab)
-        return meta
-
 
 def get_task(name: str):
     """A counterfactual task by name: ``mcqa``, ``arithmetic``, ``ioi`` or ``classify``."""
     if name == "mcqa":
-        from .mcqa import MCQA
+        from selfrepair.tasks.mcqa import MCQA
 
         return MCQA()
     if name == "arithmetic":
-        from .arithmetic import Arithmetic
+        from selfrepair.tasks.arithmetic import Arithmetic
 
         return Arithmetic()
     if name == "ioi":
         return ToyIOI()
     if name == "classify":
-        from .classify import Classify
+        from selfrepair.tasks.classify import Classify
 
         return Classify()
     raise ValueError(f"unknown task {name!r}; one of mcqa, arithmetic, ioi, classify")
-
-
-def train_any(task, folder, **kw) -> dict:
-    if hasattr(task, "train"):
-        return task.train(folder, **kw)
-    return train_task_model(task, folder, **kw)

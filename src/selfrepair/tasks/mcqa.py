@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..circuits import CounterfactualBatch
+from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "pink", "brown"]
 SYMBOLS = ["A", "B", "C"]

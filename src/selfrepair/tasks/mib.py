@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..circuits import CounterfactualBatch
+from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 SPECS = {
     "ioi": ("s2_io_flip_counterfactual", "ioi"),

@@ -22,15 +22,20 @@ k/v input keeps u's clean activation when any head of the group has that edge.
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from .components import Component
-from .gim import GIMConfig, gim, with_hooks
+from selfrepair.core.components import Component
+from selfrepair.gim.backward import GIMConfig, gim, with_hooks
+from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm")
@@ -169,46 +174,6 @@ def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) ->
 
 
 # ---------------------------------------------------------------- metric ---------
-@dataclass
-class CounterfactualBatch:
-    """A generic counterfactual dataset: clean and corrupted tokens of equal shape, the
-    answer and foil ids, and the position (per row) whose logits are read."""
-
-    clean: torch.Tensor
-    corrupt: torch.Tensor
-    answer: torch.Tensor
-    foil: torch.Tensor
-    pos: torch.Tensor
-
-    def __len__(self):
-        return self.clean.shape[0]
-
-    def slice(self, a, b) -> "CounterfactualBatch":
-        return CounterfactualBatch(self.clean[a:b], self.corrupt[a:b], self.answer[a:b], self.foil[a:b], self.pos[a:b])
-
-    def save(self, path):
-        from .runtime import save_tensors
-
-        save_tensors(path, dict(self.__dict__))
-
-    @classmethod
-    def load(cls, path) -> "CounterfactualBatch":
-        """Load a file written by ``save`` safely (``weights_only=True``: tensors only, no
-        pickled code). FileNotFoundError / ValueError naming the path when missing or bad."""
-        from .runtime import load_tensors
-
-        d = load_tensors(path)  # FileNotFoundError or ValueError, naming the path
-        fields = ("clean", "corrupt", "answer", "foil", "pos")
-        if not isinstance(d, dict) or set(d) != set(fields):
-            got = sorted(d) if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"{path} is not a saved CounterfactualBatch: expected keys {list(fields)}, got {got}")
-        return cls(**d)
-
-    def batches(self, size: int):
-        for a in range(0, len(self), size):
-            yield self.slice(a, a + size)
-
-
 def logit_diff(logits: torch.Tensor, batch: CounterfactualBatch) -> torch.Tensor:
     """Per row: logit(answer) - logit(foil) at ``pos``."""
     rows = torch.arange(logits.shape[0])
@@ -537,7 +502,7 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
     """
     import pandas as pd
 
-    from .stats import t_interval
+    from selfrepair.core.stats import t_interval
 
     df = localization.copy()
     if "seed" not in df:
@@ -582,9 +547,8 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
     and datasets; rows whose ``model`` is a toy model of this workflow are evidence,
     never a reproduction: those claims are reported 'not run' with the toy numbers.
     """
-    from .published import NotRun
-
-    from .stats import fmt_ci
+    from selfrepair.core.published import NotRun
+    from selfrepair.core.stats import fmt_ci
 
     df = localization
     out = {}
@@ -609,7 +573,7 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
               f"models; results/gim/tables/localization_summary.csv): {toy}")
     out["gim_best_mean_cpr"] = NotRun(reason)
     if mib is not None and len(mib) and {"gim", "eap", "eap-ig"} <= set(mib.method):
-        from .published import Holds
+        from selfrepair.core.published import Holds
 
         m = mib.groupby("method").cpr.mean()
         pairs = mib[["task", "model"]].drop_duplicates()
@@ -662,7 +626,7 @@ def _model_tokenizer(model: str, search_paths, bridge):
     transformers 5 maps some model types to a fixed tokenizer class), else the bridge's."""
     from transformers import PreTrainedTokenizerFast
 
-    from .models import resolve_local
+    from selfrepair.core.models import resolve_local
 
     folder = resolve_local(model, search_paths)
     if (folder / "tokenizer.json").exists():
@@ -679,8 +643,8 @@ def run_mib(models: list[str], datasets: list[str], methods, n_eval: int, search
     """
     import pandas as pd
 
-    from .models import CorruptCheckpoint, ModelNotFound, load_bridge
-    from .tasks import mib
+    from selfrepair.core.models import CorruptCheckpoint, ModelNotFound, load_bridge
+    from selfrepair.tasks import mib
 
     status, rows, curves = [], [], []
     for model in models:

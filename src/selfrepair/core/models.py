@@ -128,7 +128,7 @@ def save_model(model, folder: str | Path, meta: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     if meta is not None:
-        from . import runtime
+        from selfrepair.core import runtime
 
         if runtime.NUMERICS_RECORD is not None:  # trained in a workflow job: how its floats came about
             meta = {**meta, "numerics": runtime.NUMERICS_RECORD}

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-
 def start(smk) -> str | None:
     """Log to the rule's log file; for a rule with ``params.device`` (one that computes),
     use the rule's threads in torch and resolve the device ('cpu' or 'cuda').
@@ -33,8 +32,8 @@ def compute_setup(smk) -> str | None:
     device = getattr(smk.params, "device", None)
     if device is None:
         return None
-    from . import numerics
-    from .models import resolve_device
+    from selfrepair.core import numerics
+    from selfrepair.core.models import resolve_device
 
     mode = getattr(smk.params, "numerics", None)
     if mode is None:

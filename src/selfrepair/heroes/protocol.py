@@ -1,7 +1,7 @@
 """Paper A's protocol grid: which protocol choices move the published numbers.
 
 Measurements and per-cell tables of the protocol grid; the cells are defined in
-:mod:`selfrepair.grid`.
+:mod:`selfrepair.heroes.grid`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import analysis, interventions
-from .components import Component
-from .grid import BOUNDARIES, SITES
+from selfrepair.core import analysis, interventions
+from selfrepair.core.components import Component
+from selfrepair.heroes.grid import BOUNDARIES, SITES
 
 # ---- roles ---------------------------------------------------------------------------
 
@@ -85,7 +85,7 @@ def ablation_hooks(sets, batch_size: int, mode: str, means: dict | None, site: s
 
 def exact_match_sets(bridge, batch, sets, mode: str, means: dict | None, site: str, max_rows: int = 8192) -> torch.Tensor:
     """Bool [len(sets), B]: exact match of every sequence with each set ablated at ``site``."""
-    from .heroes import exact_match
+    from selfrepair.heroes.scores import exact_match
 
     b = len(batch)
     d_head = bridge.cfg.d_head

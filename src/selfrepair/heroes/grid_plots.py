@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .plots import _empty, plt, save
+from selfrepair.core.plots import _empty, plt, save
 
 TASKS = ("reverse", "sort")
 PUBLISHED_RHO = {"reverse": (0.72, 0.08), "sort": (0.27, 0.24)}

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .components import Component
+from selfrepair.core.components import Component
 
 NORMALIZATIONS = ("sqrt", "raw")
 

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import pandas as pd
 import torch
 
-from .components import Component
+from selfrepair.core.components import Component
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 
@@ -43,7 +43,7 @@ def _grads(bridge, tokens, layers, metric: Metric, scale: float = 1.0, drop_laye
     def drop(x, hook):
         return x.detach()
 
-    hooks = [(f"blocks.{l}.attn.hook_z", keep(f"blocks.{l}.attn.hook_z")) for l in layers]
+    hooks = [(f"blocks.{layer}.attn.hook_z", keep(f"blocks.{layer}.attn.hook_z")) for layer in layers]
     if drop_layer is not None:
         hooks += [(f"blocks.{drop_layer}.hook_attn_out", drop), (f"blocks.{drop_layer}.hook_mlp_out", drop)]
     with torch.enable_grad():
@@ -106,8 +106,8 @@ def atp_star_graddrop(bridge, tokens, heads: Sequence[Component], metric: Metric
     n_layers = n_layers or bridge.cfg.n_layers
     layers = sorted({h.layer for h in heads})
     acc = {h.name: 0.0 for h in heads}
-    for l in range(n_layers):
-        zg = _grads(bridge, tokens, layers, metric, drop_layer=l)
+    for dropped in range(n_layers):
+        zg = _grads(bridge, tokens, layers, metric, drop_layer=dropped)
         for name, v in _head_scores(zg, heads, tokens.shape[0]).items():
             acc[name] += abs(v)
     return {k: v / max(n_layers - 1, 1) for k, v in acc.items()}

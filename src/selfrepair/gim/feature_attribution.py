@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 import pandas as pd
 import torch
 
-from .gim import GIMConfig, freeze_norm, gim, with_hooks
+from selfrepair.gim.backward import GIMConfig, freeze_norm, gim, with_hooks
 
 METHODS = ("gim", "grad_x_input", "integrated_gradients", "deeplift", "lrp_cp")
 RATIOS = (0.5, 0.8, 0.9, 0.95, 0.99)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import analysis
-from .published import Holds, Measured, NotRun
+from selfrepair.core import analysis
+from selfrepair.core.published import Holds, Measured, NotRun
 
 
 def _stable_col(df: pd.DataFrame, t=None) -> pd.Series | None:
@@ -40,7 +40,7 @@ def seeds_table(roles: pd.DataFrame, ood: list[dict], train: list[dict], redunda
             "id_accuracy": tr["id_accuracy"],
             "padding": tr["protocol"]["padding"],
             "init": tr["protocol"]["init"],
-            # how the model's floats came about (src/selfrepair/numerics.py); absent in
+            # how the model's floats came about (src/selfrepair/core/numerics.py); absent in
             # models trained before the numerics mode existed
             "numerics": tr.get("numerics", {}).get("mode", "unrecorded"),
             "bit_portable": tr.get("numerics", {}).get("bit_portable", False),

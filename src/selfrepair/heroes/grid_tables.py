@@ -13,12 +13,15 @@ and a percentile bootstrap CI over seeds; ``decided`` when the CI excludes 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
-from . import analysis, spread
-from .grid import CELLS
-from .published import status_of
+from selfrepair.core import analysis
+from selfrepair.core.published import status_of
+from selfrepair.heroes import spread
+from selfrepair.heroes.grid import CELLS
 
 # Claims of paper A that every cell can test; the layer counts are scaled to 10 seeds.
 GRID_CLAIMS = (

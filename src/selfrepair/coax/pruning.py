@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .components import Component, head_components
+from selfrepair.core.components import Component, head_components
 
 METHODS = ("random", "magnitude", "wanda", "taylor", "coax")
 
@@ -46,7 +46,7 @@ def wanda_scores(bridge, tokens, heads) -> dict[str, float]:
 
 
 def taylor_scores(bridge, tokens, heads, loss_fn: Callable) -> dict[str, float]:
-    from .baselines import _grads, _head_scores
+    from selfrepair.coax.baselines import _grads, _head_scores
 
     zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), loss_fn)
     return _head_scores(zg, heads, tokens.shape[0], absolute_per_prompt=True)
@@ -54,7 +54,7 @@ def taylor_scores(bridge, tokens, heads, loss_fn: Callable) -> dict[str, float]:
 
 def coax_order(bridge, tokens, heads, n_remove: int, protocol="v1", top_r=192, max_rows=2048):
     """Sequential COAX: returns the removal order and the number of forward passes."""
-    from . import coax
+    from selfrepair.coax import score as coax
 
     support = coax.clean_support(bridge, tokens, protocol, top_r)
     passes = 1
@@ -86,7 +86,7 @@ def orders(bridge, calib, heads, loss_fn, max_sparsity: float, seed: int = 0, pr
 
 def perplexity_sweep(bridge, evalset, orders_: dict, sparsities, loss_fn, max_rows=2048) -> pd.DataFrame:
     """Perplexity of the pruned model per method and sparsity (one batched pass each)."""
-    from .interventions import run_ablated
+    from selfrepair.core.interventions import run_ablated
 
     h = len(next(iter(orders_.values())))
     n_heads = bridge.cfg.n_layers * bridge.cfg.n_heads
@@ -105,7 +105,7 @@ def perplexity_sweep(bridge, evalset, orders_: dict, sparsities, loss_fn, max_ro
 
 
 def run_pruning(bridge, calib, evalset, sparsities, seed=0, protocol="v1", top_r=192, max_rows=2048):
-    from .tasks.lm import lm_loss
+    from selfrepair.tasks.lm import lm_loss
 
     heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
     calib_loss = lambda lg: lm_loss(lg, calib)  # noqa: E731

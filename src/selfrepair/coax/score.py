@@ -15,7 +15,7 @@ scores that growth in the Fisher geometry of the clean output distribution:
 
 Everything here is forward-only: a scan of the units U (S inside U or not) runs the
 clean model once, each single ablation once, S alone once and each S + u once, all
-batched through :func:`selfrepair.interventions.run_ablated`.
+batched through :func:`selfrepair.core.interventions.run_ablated`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .components import Component
-from .interventions import run_ablated
+from selfrepair.core.components import Component
+from selfrepair.core.interventions import run_ablated
 
 PROTOCOLS = ("v1", "v2")
 
@@ -217,10 +217,10 @@ def head_output_norms(
     Averaged over prompts and ``positions`` (default: all). Heads inside ``ablate``
     report 0.
     """
-    from .interventions import make_hooks
+    from selfrepair.core.interventions import make_hooks
 
     layers = sorted({h.layer for h in heads})
-    names = {f"blocks.{l}.attn.hook_z" for l in layers}
+    names = {f"blocks.{layer}.attn.hook_z" for layer in layers}
     store: dict[str, torch.Tensor] = {}
 
     def keep(name):  # bound to the name asked for (the bridge reports aliases)
@@ -318,7 +318,7 @@ SYNTHETIC_SCORES = ("clean_energy", "clean_answer", "cond_answer", "coax")
 
 def synthetic_benchmark(trials: int = 40, seed: int = 0, **kw) -> pd.DataFrame:
     """ROC-AUC per score and trial (backups positive, inert units negative)."""
-    from .stats import roc_auc
+    from selfrepair.core.stats import roc_auc
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -344,7 +344,7 @@ def ioi_summary(discovery: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     ``coax_minus_ci_lo`` / ``coax_minus_ci_hi``, and ``coax_wins``, the runs (of
     ``n_runs``) where COAX's AUC is higher.
     """
-    from .stats import paired_test, t_interval
+    from selfrepair.core.stats import paired_test, t_interval
 
     rows = []
     piv = discovery.pivot_table(index=["model_seed", "data_seed"], columns="method", values="roc_auc")
@@ -389,7 +389,7 @@ def _ci_note(r: pd.Series, method: str, auc: bool = True) -> str:
 def _claims_from(tables: dict, label: str) -> dict:
     """Claim id -> (value, note), Measured (with a CI over models) or Holds, from one family
     of IOI / induction / pruning tables."""
-    from .published import Holds, Measured
+    from selfrepair.core.published import Holds, Measured
 
     out: dict = {}
     s = tables.get("ioi_summary")
@@ -454,7 +454,7 @@ def _claims_from(tables: dict, label: str) -> dict:
 
 
 def _fmt(v) -> str:
-    from .published import Holds, Measured
+    from selfrepair.core.published import Holds, Measured
 
     if isinstance(v, Holds):
         return ("holds" if v.holds else "does not hold") + f" ({v.evidence})"
@@ -473,7 +473,7 @@ def measured_claims(synthetic: pd.DataFrame | None, toy: dict, real: dict, not_r
     real-model claim that did not run is reported as not run, with the toy models'
     analogue in the note; it is never scored against the toy value.
     """
-    from .published import Holds, NotRun
+    from selfrepair.core.published import Holds, NotRun
 
     out: dict = {}
     if synthetic is not None and len(synthetic):
@@ -496,166 +496,3 @@ def measured_claims(synthetic: pd.DataFrame | None, toy: dict, real: dict, not_r
         analogue = f"; toy analogue: {_fmt(got_toy[cid])}" if cid in got_toy else ""
         out[cid] = NotRun(reason + analogue)
     return out
-
-
-# ----------------------------------------------------------------------------------
-# The papers' own models (GPT-2 ...), when their weights are on this machine
-# ----------------------------------------------------------------------------------
-IOI_CLAIMS = ["ioi_auc_single", "ioi_auc_atp", "ioi_auc_eap_ig", "ioi_auc_atp_star", "ioi_auc_coax", "ioi_top20_hits",
-              "ioi_coax_beats_atp_star", "freeze_repair_removed", "recovery_drop_primaries", "recovery_drop_with_coax",
-              "knockout_clean", "knockout_primaries", "knockout_coax", "knockout_oracle", "knockout_own_topk",
-              "wakeup_ratio_0", "wakeup_ratio_1", "wakeup_ratio_2", "wakeup_ratio_3", "wakeup_random_flat"]
-WAKEUP_CLAIMS = ["wakeup_scales"]
-INDUCTION_CLAIMS = ["induction_ratio_range"]
-PRUNING_CLAIMS = ["pruning_beats_baselines", "pruning_coax_ppl_50", "pruning_taylor_ppl_50"]
-PRUNING_NOT_RUN = ("WikiText-2 and GPT-2 pruning need data and weights that are not on this machine (no downloads); "
-                   "the toy grammar LM stands in")
-
-
-def _ioi_heads_for(bridge, prompts, heads, n_primary=3, backup_frac=0.2, max_rows=2048):
-    """GPT-2 small's documented name movers and backups when the model has those heads,
-    else the brute-force ground truth (tiny test models)."""
-    from .components import parse
-    from .tasks import ioi
-
-    nl, nh = bridge.cfg.n_layers, bridge.cfg.n_heads
-    doc_p = [parse(n) for n in ioi.GPT2_NAME_MOVERS]
-    doc_b = [parse(n) for n in ioi.GPT2_BACKUP_NAME_MOVERS]
-    if nl == 12 and nh == 12:
-        return doc_p, doc_b, "documented (Wang et al. 2022)"
-    _, _, p, b = ioi.ground_truth(bridge, prompts, heads, n_primary, backup_frac, max_rows)
-    return p, b, "brute force"
-
-
-def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top_r: int, out_dir, device="cpu",
-                    max_rows: int = 2048) -> pd.DataFrame:
-    """Paper B's rules on the papers' own models, each loaded offline if present.
-
-    Writes tables under ``out_dir`` (same formats as the toy tables) and returns the
-    status table: model, experiment, status ('ran' | 'not run'), reason, claims.
-    """
-    from pathlib import Path
-
-    from .components import head_components
-    from .models import CorruptCheckpoint, ModelNotFound, load_bridge
-    from .tasks import induction, ioi
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    cache: dict = {}
-
-    def fit_rows(b, length):  # keep one forward's logits under ~1 GB (50k-token vocabularies)
-        return max(1, min(max_rows, int(2.5e8 // (length * int(b.cfg.d_vocab)))))
-
-    def boot(name):
-        if name not in cache:
-            try:
-                cache[name] = load_bridge(name, device, real.get("search_paths") or [])
-            except (ModelNotFound, CorruptCheckpoint) as err:
-                cache[name] = err
-        return cache[name]
-
-    # IOI on GPT-2 small (documented heads)
-    name = real["ioi_model"]
-    b = boot(name)
-    if isinstance(b, Exception):
-        rows.append({"model": name, "experiment": "ioi", "status": "not run",
-                     "reason": f"not run: {b}", "claims": " ".join(IOI_CLAIMS)})
-    else:
-        heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
-        parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
-        truth_prompts = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], 5).to(device)
-        mr = fit_rows(b, truth_prompts.tokens.shape[1])
-        prim, back, how = _ioi_heads_for(b, truth_prompts, heads, ioi_cfg["n_primary"], ioi_cfg["backup_frac"], mr)
-        for ds in real["data_seeds"]:
-            pr = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], ds).to(device)
-            res = ioi.run_ioi(b, pr, heads, prim, back, protocol, top_r, ioi_cfg["top_k"], ioi_cfg["k_recovered"] or len(back),
-                              ioi_cfg["wake_min"], ioi_cfg["ig_steps"], mr)
-            for k in parts:
-                t = res[k].copy()
-                t.insert(0, "data_seed", ds)
-                t.insert(0, "model_seed", 0)
-                parts[k].append(t)
-        cat = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
-        ioi_summary(cat["discovery"]).to_csv(out_dir / "ioi_summary.csv", index=False)
-        for k, t in cat.items():
-            t.to_csv(out_dir / f"ioi_{k}.csv", index=False)
-        rows.append({"model": name, "experiment": "ioi", "status": "ran",
-                     "reason": f"heads: {how}; primaries {' '.join(h.name for h in prim)}", "claims": " ".join(IOI_CLAIMS)})
-
-    # wake-up across model sizes
-    wake_rows, missing = [], []
-    for name in real["wakeup_models"]:
-        b = boot(name)
-        if isinstance(b, Exception):
-            missing.append(f"{name}: {b}")
-            continue
-        heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
-        pr = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], 21).to(device)
-        mr = fit_rows(b, pr.tokens.shape[1])
-        drops = ioi.ablation_drops(b, pr, [[h] for h in heads], max_rows=mr)
-        order = sorted(range(len(heads)), key=lambda i: -drops[i])
-        prim = [heads[i] for i in order[: ioi_cfg["n_primary"]]]
-        cands = [h for h in heads if h not in prim]
-        sc = scan(b, pr.tokens, cands, prim, protocol, top_r, max_rows=mr)
-        watch_names = list(sc.table.sort_values("comp", ascending=False)["unit"].head(8))
-        rng = np.random.default_rng(0)
-        rand = [cands[i] for i in rng.choice(len(cands), min(8, len(cands)), replace=False)]
-        watch = [h for h in cands if h.name in watch_names]
-        wc = wake_up_curve(b, pr.tokens, prim, watch + [h for h in rand if h not in watch], positions=[pr.tokens.shape[1] - 1])
-        wc["group"] = wc["unit"].map(lambda u: "coax_top8" if u in watch_names else "random")
-        wc.insert(0, "model", name)
-        wake_rows.append(wc)
-    if wake_rows:
-        pd.concat(wake_rows, ignore_index=True).to_csv(out_dir / "wakeup_models.csv", index=False)
-    rows.append({"model": " ".join(real["wakeup_models"]), "experiment": "wakeup",
-                 "status": "ran" if not missing else "not run",
-                 "reason": "" if not missing else "not run: " + "; ".join(missing), "claims": " ".join(WAKEUP_CLAIMS)})
-
-    # induction on the papers' models
-    ind_tabs, missing = {}, []
-    T = int(real["induction_T"])
-    for name in real["induction_models"]:
-        b = boot(name)
-        if isinstance(b, Exception):
-            missing.append(f"{name}: {b}")
-            continue
-        vocab = min(int(b.cfg.d_vocab), 20_000)
-        res = induction.run_induction(b, (T, T + 2), vocab, ind_cfg["n_prompts"], ind_cfg["data_seed"], ind_cfg["ks"],
-                                      ind_cfg["n_primary"], ind_cfg["n_random"], ind_cfg["protocol"], top_r,
-                                      fit_rows(b, 2 * T + 5))
-        ind_tabs[name] = res["sets"]
-    if ind_tabs:
-        induction.ratio_table(ind_tabs).to_csv(out_dir / "induction.csv", index=False)
-    rows.append({"model": " ".join(real["induction_models"]), "experiment": "induction",
-                 "status": "ran" if not missing else "not run",
-                 "reason": "" if not missing else "not run: " + "; ".join(missing), "claims": " ".join(INDUCTION_CLAIMS)})
-    rows.append({"model": "gpt2 ... 7B", "experiment": "pruning", "status": "not run", "reason": f"not run: {PRUNING_NOT_RUN}",
-                 "claims": " ".join(PRUNING_CLAIMS)})
-    return pd.DataFrame(rows)
-
-
-def real_tables(folder) -> dict:
-    """The tables :func:`run_real_models` wrote (the ones present)."""
-    from pathlib import Path
-
-    folder = Path(folder)
-    names = {"ioi_summary": "ioi_summary.csv", "ioi_wake": "ioi_wake.csv", "ioi_freeze": "ioi_freeze.csv",
-             "ioi_knockout": "ioi_knockout.csv", "induction": "induction.csv"}
-    return {k: pd.read_csv(folder / f) for k, f in names.items() if (folder / f).exists()}
-
-
-def wakeup_scales(table: pd.DataFrame):
-    """Holds when the COAX-top heads' wake-up ratio grows with the primaries ablated in
-    every model, and random heads stay within 2% of 1."""
-    from .published import Holds
-
-    ev, ok = [], True
-    for m, g in table.groupby("model", sort=False):
-        c = g[g.group == "coax_top8"].groupby("n_ablated")["ratio"].mean()
-        r = g[g.group == "random"].groupby("n_ablated")["ratio"].mean()
-        grows = bool((np.diff(c.to_numpy()) >= -1e-6).all() and c.iloc[-1] > 1.0)
-        ok &= grows
-        ev.append(f"{m}: {' '.join(f'{x:.2f}' for x in c)} (random {' '.join(f'{x:.2f}' for x in r)})")
-    return Holds(bool(ok), "; ".join(ev))

@@ -1,7 +1,7 @@
 """Render the committed reference tables as the README's markdown blocks.
 
-    python -m selfrepair.readme_table          # rewrite README.md's generated blocks
-    python -m selfrepair.readme_table --check  # exit 1 if README.md is out of date
+    python -m selfrepair.core.readme_table          # rewrite README.md's generated blocks
+    python -m selfrepair.core.readme_table --check  # exit 1 if README.md is out of date
 
 Every number in those README blocks comes from files under results/reference/, which
 are copies of what a full default run of the workflow wrote.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
 
 
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     new = render(old, blocks())
     if a.check:
         if new != old:
-            print("README.md is out of date with results/reference/: run python -m selfrepair.readme_table")
+            print("README.md is out of date with results/reference/: run python -m selfrepair.core.readme_table")
             return 1
         return 0
     path.write_text(new)

@@ -23,10 +23,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy import stats
 
-from . import analysis
+from selfrepair.core import analysis
 
 Z_SE = 2.0  # "within 2 SE"
 

@@ -1,5 +1,5 @@
 """Paper A's protocol grid: the cells and their protocols (pure Python: the Snakefile
-imports it to build the DAG; the measurements are in :mod:`selfrepair.protocol`).
+imports it to build the DAG; the measurements are in :mod:`selfrepair.heroes.protocol`).
 
 A *protocol* is the set of choices where the paper's versions and the authors' public
 code differ. A *cell* of the grid is the v3 default protocol, the default with one

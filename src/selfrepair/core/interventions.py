@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .components import Component
+from selfrepair.core.components import Component
 
 MODES = ("zero", "mean")
 

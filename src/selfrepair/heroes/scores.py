@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import interventions
-from .components import Component
-from .tasks import sequences as S
-from .train import masked_lm_loss
+from selfrepair.core import interventions
+from selfrepair.core.components import Component
+from selfrepair.core.train import masked_lm_loss
+from selfrepair.tasks import sequences as S
 
 
 def exact_match(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .circuits import CounterfactualBatch, logit_diff
+from selfrepair.gim.circuits import logit_diff
+from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 
 def patterns(bridge, tokens: torch.Tensor) -> torch.Tensor:

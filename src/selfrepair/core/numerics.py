@@ -101,7 +101,7 @@ def configure(mode: str, threads: int | None = None) -> None:
     if "torch" in sys.modules and changed:
         raise NumericsError(
             f"numerics mode {mode!r} set after torch was imported (changes {', '.join(changed)}): "
-            "call selfrepair.numerics.configure() before importing torch"
+            "call selfrepair.core.numerics.configure() before importing torch"
         )
     for k in (*PINS, *THREAD_VARS):
         if k in env:
@@ -169,7 +169,7 @@ def check(mode: str) -> None:
     if missing:
         raise NumericsError(
             f"numerics: portable mode needs {', '.join(f'{k}={PINS[k]}' for k in missing)} "
-            "in the environment before torch is imported (selfrepair.numerics.configure)"
+            "in the environment before torch is imported (selfrepair.core.numerics.configure)"
         )
     cap = torch.backends.cpu.get_cpu_capability()
     if can_pin() and cap != PORTABLE_CAPABILITY:

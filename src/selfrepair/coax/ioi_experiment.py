@@ -1,0 +1,248 @@
+"""Paper B's IOI experiments on the toy IOI language of :mod:`selfrepair.tasks.ioi`:
+training a toy model with attention-head dropout, the ground truth by brute force, and
+COAX with its baselines (discovery, wake-up, freezing, recovery and knockout)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from selfrepair.coax import baselines
+from selfrepair.coax import score as coax
+from selfrepair.core.components import parse
+from selfrepair.core.interventions import make_hooks, run_ablated
+from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config
+from selfrepair.core.stats import recall_at_k, roc_auc
+from selfrepair.core.train import train
+from selfrepair.tasks.ioi import BOS, PROMPT_LEN, TOKEN, VOCAB, IOIPrompts, accuracy, lm_batch, logit_diff, sample_toy
+
+
+# ----------------------------------------------------------------------------------
+# Training a toy IOI model with attention-head dropout
+# ----------------------------------------------------------------------------------
+def head_dropout_logits_fn(p: float, n_heads: int, seed: int = 0):
+    """A ``logits_fn`` for :func:`selfrepair.core.train.train` that zeroes each head's output
+    independently with probability ``p`` (per example, layer and head) in training.
+
+    GPT-2 only: a pre-hook on each block's ``attn.c_proj``, whose input is the
+    concatenation of the heads' outputs z. No rescaling; at test time every head is
+    present, so the model learns to tolerate missing heads (self-repair).
+    Call :func:`remove_head_dropout` on the model after training.
+    """
+    g = torch.Generator().manual_seed(seed)
+
+    def pre(module, args):
+        m = getattr(module, "_sr_mask", None)
+        if m is None or not module.training:
+            return None
+        x = args[0]
+        b, t, d = x.shape
+        m = m.to(x.device, x.dtype)
+        return ((x.view(b, t, n_heads, d // n_heads) * m[:, None, :, None]).view(b, t, d),) + tuple(args[1:])
+
+    def logits_fn(model, tokens):
+        blocks = model.transformer.h
+        if p > 0:
+            masks = (torch.rand(len(blocks), tokens.shape[0], n_heads, generator=g) >= p).float()
+            for i, block in enumerate(blocks):
+                if not hasattr(block.attn.c_proj, "_sr_handle"):
+                    block.attn.c_proj._sr_handle = block.attn.c_proj.register_forward_pre_hook(pre)
+                block.attn.c_proj._sr_mask = masks[i]
+        return model(input_ids=tokens).logits
+
+    return logits_fn
+
+
+def remove_head_dropout(model) -> None:
+    for block in model.transformer.h:
+        proj = block.attn.c_proj
+        if hasattr(proj, "_sr_handle"):
+            proj._sr_handle.remove()
+            del proj._sr_handle
+        proj._sr_mask = None
+
+
+def train_toy(
+    n_layers: int,
+    n_heads: int,
+    d_model: int,
+    d_mlp: int,
+    seed: int,
+    head_dropout: float = 0.1,
+    lr: float = 1e-3,
+    batch_size: int = 64,
+    max_steps: int = 3000,
+    eval_every: int = 250,
+    target_accuracy: float | None = None,
+    device: str = "cpu",
+):
+    """Train a GPT-2 toy IOI model from scratch; returns (model, TrainResult)."""
+
+    cfg = gpt2_toy_config(VOCAB, n_layers, n_heads, d_model, d_mlp, n_ctx=PROMPT_LEN + 1, bos_token_id=TOKEN[BOS])
+    model = build_gpt2_toy(cfg, seed=seed, positional=True)
+    val = sample_toy(256, seed=10_000 + seed)
+
+    def batch_fn(step):
+        return lm_batch(sample_toy(batch_size, seed=seed * 1_000_003 + step))
+
+    def eval_fn(m):
+        with torch.no_grad():
+            return accuracy(m(input_ids=val.tokens.to(next(m.parameters()).device)).logits.cpu(), val)
+
+    res = train(
+        model,
+        batch_fn,
+        eval_fn,
+        lr=lr,
+        max_steps=max_steps,
+        eval_every=eval_every,
+        target_accuracy=target_accuracy,
+        device=device,
+        logits_fn=head_dropout_logits_fn(head_dropout, n_heads, seed),
+    )
+    remove_head_dropout(model)
+    return model.eval(), res
+
+
+# ----------------------------------------------------------------------------------
+# Ground truth by brute force, and the experiments of paper B on one model
+# ----------------------------------------------------------------------------------
+def ablation_drops(bridge, prompts: IOIPrompts, sets, mode="zero", means=None, max_rows=2048) -> list[float]:
+    """Logit-difference drop m(clean) - m(ablated) of each ablation set."""
+
+    vals = run_ablated(bridge, prompts.tokens, [[]] + list(sets), mode, means,
+                       reduce=lambda lg: float(logit_diff(lg.cpu(), prompts)), max_rows=max_rows)
+    return [vals[0] - v for v in vals[1:]]
+
+
+def ground_truth(bridge, prompts: IOIPrompts, heads, n_primary: int = 3, backup_frac: float = 0.1, max_rows=2048):
+    """Every head's single ablation and every pair's joint ablation on the IOI metric.
+
+    Primaries (name movers): the ``n_primary`` heads with the largest drop.
+    Interaction I(u, v) = drop(u, v) - drop(u) - drop(v); a head h outside the
+    primaries is a backup when max_p I(p, h) > ``backup_frac`` * max_p drop(p) (its
+    ablation hurts far more once a primary is gone). Returns (heads table, pairs table,
+    primaries, backups).
+    """
+
+    heads = list(heads)
+    single = ablation_drops(bridge, prompts, [[h] for h in heads], max_rows=max_rows)
+    pairs = [(i, j) for i in range(len(heads)) for j in range(i + 1, len(heads))]
+    joint = ablation_drops(bridge, prompts, [[heads[i], heads[j]] for i, j in pairs], max_rows=max_rows)
+    inter = {}
+    rows = []
+    for (i, j), dj in zip(pairs, joint):
+        val = dj - single[i] - single[j]
+        inter[(i, j)] = inter[(j, i)] = val
+        rows.append({"u": heads[i].name, "v": heads[j].name, "drop_u": single[i], "drop_v": single[j],
+                     "drop_uv": dj, "interaction": val})
+    order = sorted(range(len(heads)), key=lambda i: -single[i])
+    prim = order[:n_primary]
+    thr = backup_frac * max(single[p] for p in prim)
+    table = []
+    for i, h in enumerate(heads):
+        beta = max((inter[(p, i)] for p in prim if p != i), default=float("nan"))
+        table.append({"unit": h.name, "drop": single[i], "backup_score": beta,
+                      "role": "primary" if i in prim else ("backup" if beta > thr else "other")})
+    t = pd.DataFrame(table)
+    primaries = [heads[i] for i in prim]
+    backups = [heads[i] for i in range(len(heads)) if table[i]["role"] == "backup"]
+    return t, pd.DataFrame(rows), primaries, backups
+
+
+def _patched_drop(bridge, prompts, zero, freeze, clean_z):
+    """Drop of the logit difference with ``zero`` heads zeroed and ``freeze`` heads held
+    at their clean outputs (one forward)."""
+
+    patch = {}
+    for c in list(zero) + list(freeze):
+        z = patch.setdefault(c.hook, clean_z[c.hook].clone())
+        if c in zero:
+            z[:, :, c.head, :] = 0.0
+    hooks = make_hooks([list(zero) + list(freeze)], prompts.tokens.shape[0], "patch", patch)
+    with torch.no_grad():
+        m0 = float(logit_diff(bridge(prompts.tokens).cpu(), prompts))
+        m = float(logit_diff(bridge.run_with_hooks(prompts.tokens, fwd_hooks=hooks).cpu(), prompts))
+    return m0 - m
+
+
+def run_ioi(
+    bridge,
+    prompts: IOIPrompts,
+    heads,
+    primaries,
+    backups,
+    protocol: str = "v2",
+    top_r: int = 192,
+    top_k: int = 20,
+    k_recovered: int | None = None,
+    wake_min: float = 1.05,
+    ig_steps: int = 5,
+    max_rows: int = 2048,
+) -> dict:
+    """Paper B's IOI experiments on one model and one prompt set.
+
+    ``primaries`` seed COAX; ``backups`` are the positives (ground truth). Returns
+    DataFrames: scores (per head), discovery (ROC-AUC and top-k recall per method),
+    wake (wake-up curve), freeze, recovery and knockout, plus the forward-pass count.
+    """
+
+
+    heads, primaries, backups = list(heads), list(primaries), list(backups)
+    cands = [h for h in heads if h not in primaries]
+    metric = lambda lg: logit_diff(lg, prompts)  # noqa: E731
+    sc = coax.scan(bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows)
+    last = [prompts.tokens.shape[1] - 1]
+    wake = coax.wake_up_ratios(bridge, prompts.tokens, cands, primaries, positions=last)
+    table = baselines.all_scores(bridge, prompts.tokens, cands, metric, sc.table, ig_steps)
+    table["wake"] = table["unit"].map(wake)
+    bset = {b.name for b in backups}
+    table["backup"] = table["unit"].isin(bset)
+    disc = []
+    for name, fn in baselines.DISCOVERY_METHODS.items():
+        s = fn(table)
+        ranked = list(table.assign(s=s).sort_values("s", ascending=False)["unit"])
+        hit, share = recall_at_k(ranked, bset, top_k)
+        disc.append({"method": name, "roc_auc": roc_auc(s, table["backup"]), "top_k": top_k,
+                     "hits": hit, "n_backups": len(bset), "n_candidates": len(cands)})
+    disc = pd.DataFrame(disc)
+
+    # wake-up curve: backups vs the other candidates, 0..|S| primaries ablated
+    wc = coax.wake_up_curve(bridge, prompts.tokens, primaries, cands, positions=last)
+    wc["group"] = wc["unit"].map(lambda u: "backup" if u in bset else "other")
+
+    # freezing the backups at their clean outputs
+    _, cache = bridge.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_z"))
+    clean_z = {k: v.detach().clone() for k, v in cache.items()}
+    d_p = _patched_drop(bridge, prompts, primaries, [], clean_z)
+    d_fb = _patched_drop(bridge, prompts, primaries, backups, clean_z)
+    d_fa = _patched_drop(bridge, prompts, primaries, cands, clean_z)
+    repair = d_fa - d_p
+    freeze = pd.DataFrame([{
+        "drop_primaries": d_p, "drop_backups_frozen": d_fb, "drop_all_frozen": d_fa,
+        "repair_total": repair, "repair_removed_share": (d_fb - d_p) / repair if repair != 0 else float("nan"),
+    }])
+
+    # attribution recovery and knockout
+    k = k_recovered if k_recovered is not None else max(1, len(backups))
+    rec = [parse_name(u) for u in coax.recovered_set(sc.table, wake, k, wake_min)]
+    own = [parse_name(u) for u in table.assign(s=table["single"]).sort_values("s", ascending=False)["unit"].head(k)]
+    sets = {"clean": [], "primaries": primaries, "primaries+coax": primaries + rec,
+            "primaries+ground_truth": primaries + backups, "primaries+own_topk": primaries + own}
+
+    outs = run_ablated(bridge, prompts.tokens, list(sets.values()),
+                       reduce=lambda lg: (float(logit_diff(lg.cpu(), prompts)), accuracy(lg.cpu(), prompts)),
+                       max_rows=max_rows)
+    m0 = outs[0][0]
+    ko = pd.DataFrame([{"set": n, "size": len(s), "units": " ".join(c.name for c in s),
+                        "logit_diff": o[0], "drop": m0 - o[0], "accuracy": o[1]}
+                       for (n, s), o in zip(sets.items(), outs)])
+    return {"scores": table, "discovery": disc, "wake": wc, "freeze": freeze, "knockout": ko,
+            "forward_passes": sc.forward_passes, "recovered": [c.name for c in rec]}
+
+
+def parse_name(name):
+
+    return parse(name)
+
+

@@ -1,0 +1,141 @@
+"""The library's layout: a shared core, one package per paper, data generators in tasks.
+
+Dependencies point one way: scripts -> paper packages (heroes, coax, gim) -> core and
+tasks. A static scan of every ``import`` / ``from`` statement of src/selfrepair (at
+module level and inside functions) checks the direction; every module is also imported.
+"""
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+PKG = SRC / "selfrepair"
+PAPERS = ("heroes", "coax", "gim")
+LAYERS = ("core", "tasks") + PAPERS
+
+# Where the papers genuinely share code: paper C's toy IOI task is trained with paper B's
+# own recipe (attention-head dropout), coax.ioi_experiment.train_toy.
+SHARED = {("gim", "selfrepair.coax.ioi_experiment")}
+# What tasks/ may take from the core: saving and loading tensors (CounterfactualBatch files).
+TASKS_FROM_CORE = {"selfrepair.core.runtime"}
+
+
+def modules() -> list[str]:
+    out = []
+    for f in sorted(PKG.rglob("*.py")):
+        parts = f.relative_to(SRC).with_suffix("").parts
+        out.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return out
+
+
+def _file(module: str) -> Path:
+    p = SRC.joinpath(*module.split("."))
+    return p / "__init__.py" if p.is_dir() else p.with_suffix(".py")
+
+
+def imports(module: str) -> set[str]:
+    """The selfrepair modules (or packages) that ``module`` imports anywhere in its code."""
+    tree = ast.parse(_file(module).read_text())
+    package = module if _file(module).name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "selfrepair"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.split(".")[0] != "selfrepair":
+                continue
+            for a in node.names:  # `from selfrepair.coax import score` imports a module
+                sub = f"{name}.{a.name}"
+                out.add(sub if sub in ALL else name)
+    return out
+
+
+ALL = set(modules())
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_the_package_holds_only_the_layers():
+    entries = {p.name for p in PKG.iterdir() if p.name != "__pycache__"}
+    assert entries == {"__init__.py", *LAYERS}, "flat modules or stubs left at the top of selfrepair/"
+    for name in LAYERS:
+        assert (PKG / name / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("module", sorted(ALL))
+def test_every_module_imports(module):
+    importlib.import_module(module)
+
+
+def test_every_import_names_a_module():
+    for m in sorted(ALL):
+        for dep in imports(m):
+            assert dep in ALL, f"{m} imports {dep}, which is no module of src/selfrepair"
+
+
+def test_dependencies_point_one_way():
+    bad = []
+    for m in sorted(ALL):
+        here = layer(m)
+        for dep in sorted(imports(m)):
+            there = layer(dep)
+            if here is None or there is None or here == there:
+                continue
+            if here == "core":
+                bad.append(f"{m} -> {dep} (the core imports no paper and no task)")
+            elif here == "tasks" and not (there == "core" and dep in TASKS_FROM_CORE):
+                bad.append(f"{m} -> {dep} (tasks/ holds data generators only)")
+            elif here in PAPERS and there in PAPERS and (here, dep) not in SHARED:
+                bad.append(f"{m} -> {dep} (one paper package imports another)")
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_shared_code_is_still_shared():
+    """The allowed cross-paper imports are used (else drop them from SHARED)."""
+    used = {(layer(m), dep) for m in ALL for dep in imports(m)}
+    assert SHARED <= used
+
+
+def test_no_import_circle_between_packages():
+    graph = {name: set() for name in LAYERS}
+    for m in ALL:
+        for dep in imports(m):
+            if layer(m) and layer(dep) and layer(m) != layer(dep):
+                graph[layer(m)].add(layer(dep))
+    done, path = set(), []
+
+    def visit(n):
+        assert n not in path, f"import circle: {' -> '.join(path[path.index(n):] + [n])}"
+        if n in done:
+            return
+        path.append(n)
+        for d in sorted(graph[n]):
+            visit(d)
+        path.pop()
+        done.add(n)
+
+    for n in LAYERS:
+        visit(n)
+
+
+def test_the_workflow_imports_stay_torch_free():
+    """The Snakefile imports core.numerics (common.smk) and heroes.grid (heroes_grid.smk)
+    to build the DAG: neither may pull in torch."""
+    code = ("import sys; from selfrepair.core import numerics, runtime; from selfrepair.heroes import grid; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
