@@ -133,7 +133,10 @@ def main():
             diff = {".csv": compare_csv, ".json": compare_json}.get(f.suffix, lambda x, y: [{"what": "bytes differ"}])(x, y)
             rows.extend({"file": str(f), "identical": False, **d} for d in diff)
     cols = ["file", "identical", "column", "what", "n_values", "max_abs", "max_rel"]
-    t = pd.DataFrame(rows, columns=cols).assign(here=a.numerics, other=other_mode, fixed_weights=a.fixed_weights)
+    t = pd.DataFrame(rows, columns=cols).assign(
+        here=a.numerics, other=other_mode, fixed_weights=a.fixed_weights,
+        wall_here_s=round(wall["here"], 1), wall_other_s=round(wall["other"], 1),
+    )  # fmt: skip
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     t.to_csv(a.out, index=False)
     diff = t[~t["identical"]]

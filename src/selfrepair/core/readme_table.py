@@ -1,9 +1,11 @@
-"""Render the committed reference tables as the README's markdown blocks.
+"""Render the committed reference tables as the documents' markdown blocks.
 
-    python -m selfrepair.core.readme_table          # rewrite README.md's generated blocks
-    python -m selfrepair.core.readme_table --check  # exit 1 if README.md is out of date
+    python -m selfrepair.core.readme_table          # rewrite the generated blocks of every document
+    python -m selfrepair.core.readme_table --check  # exit 1 if any document is out of date
 
-Every number in those README blocks comes from files under results/reference/, which
+A block is the text between `<!-- name:start -->` and `<!-- name:end -->`; the documents
+are README.md and docs/*.md, and a block is rendered into every document that has its
+markers. Every number in those blocks comes from files under results/reference/, which
 are copies of what a full default run of the workflow wrote.
 """
 
@@ -27,12 +29,154 @@ def _fmt(v) -> str:
     return "" if s == "nan" else s.replace("|", "/")
 
 
+# models.load_bridge's message for absent weights, with an optional "name: " prefix
+# (claims over several models list each one)
+_ABSENT = re.compile(
+    r"(?:(?P<prefix>[^\s;:]+): )?weights not found for '(?P<model>[^']+)' \((?P<where>[^)]*)\): (?P<error>\w+)"
+)
+_ABSENT_RUN = re.compile(r"weights of \S+ absent(?:; weights of \S+ absent)+")
+
+
+def absent_models(notes) -> dict[str, tuple[str, int]]:
+    """{model: (why, number of notes naming it)} for every model whose weights a note says
+    are absent, in order of first mention."""
+    out: dict[str, tuple[str, int]] = {}
+    for note in notes:
+        seen = {}
+        for m in _ABSENT.finditer(str(note)):
+            seen.setdefault(m["model"], f"weights not found ({m['where']}): {m['error']}")
+        for model, why in seen.items():
+            first_why, n = out.get(model, (why, 0))
+            out[model] = (first_why, n + 1)
+    return out
+
+
+def shorten_note(note: str) -> str:
+    """The note with each 'weights not found ...' sentence replaced by 'weights of X absent',
+    and a run of those merged into one ('weights of a, b, c absent')."""
+
+    def one(m):
+        keep = f"{m['prefix']}: " if m["prefix"] and m["prefix"] != m["model"] else ""  # "not run: " stays
+        return f"{keep}weights of {m['model']} absent"
+
+    s = _ABSENT.sub(one, str(note))
+    return _ABSENT_RUN.sub(
+        lambda m: "weights of " + ", ".join(re.findall(r"weights of (\S+) absent", m.group(0))) + " absent", s
+    )
+
+
 def published_markdown(csv: Path) -> str:
+    """The full published-vs-reproduced table; absent models are listed once above it,
+    and a row says only 'weights of X absent'."""
     df = pd.read_csv(csv)
+    head = []
+    groups: dict[str, list[str]] = {}  # one reason (the model's name as *model*) -> its models
+    for m, (why, n) in absent_models(df["note"]).items():
+        groups.setdefault(why.replace(m, "*model*"), []).append(f"`{m}` ({n} claim{'s' if n > 1 else ''})")
+    if groups:
+        head = [
+            "Models whose weights are absent on the machine of this run; each claim that needs one is *not run*:",
+            "",
+        ]
+        head += [f"- {', '.join(models)}: {why}" for why, models in groups.items()]
+        head.append("")
     lines = ["| paper | claim | published | reproduced | tolerance | status | note |", "|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
-        lines.append("| " + " | ".join(_fmt(x) for x in (r.paper, r.claim, r.published, r.reproduced, r.tolerance, r.status, r.note)) + " |")
+        note = shorten_note(r.note) if isinstance(r.note, str) else r.note
+        lines.append(
+            "| "
+            + " | ".join(_fmt(x) for x in (r.paper, r.claim, r.published, r.reproduced, r.tolerance, r.status, note))
+            + " |"
+        )
+    return "\n".join(head + lines)
+
+
+PAPERS = {
+    "heroes": "A. Hidden Heroes and Gradient Bloats",
+    "coax": "B. COAX, conditional co-ablation",
+    "gim": "C. GIM, gradient interaction modifications",
+}
+# the claims the headline table quotes, by claim id, with a short label
+HEADLINE = {
+    "heroes": {
+        "rho_reverse": "rho reversal",
+        "rho_sort": "rho sorting",
+        "bloat_superadditivity": "bloat superadditivity",
+        "hero_ablation_reverse_pct": "hero ablation on reversal",
+    },
+    "coax": {"synthetic_coax_auc": "synthetic COAX AUC", "ioi_auc_coax": "GPT-2 IOI COAX AUC"},
+    "gim": {"gim_edges_gpt2": "GPT-2 MIB edges", "gim_best_mean_cpr": "GIM best mean CPR on MIB"},
+}
+
+
+def headline_markdown(csv: Path) -> str:
+    """One row per paper: how many published claims came out each way, and a few key
+    claims as published -> reproduced (status)."""
+    df = pd.read_csv(csv)
+    statuses = ["reproduced", "fragile", "differs", "not run"]
+    lines = [
+        "| paper | claims | " + " | ".join(statuses) + " | key claims: published -> reproduced |",
+        "|---|---|" + "---|" * (len(statuses) + 1),
+    ]
+    for paper, g in df.groupby("paper", sort=False):
+        counts = [str(int((g["status"] == s).sum())) for s in statuses]
+        keys = []
+        for cid, label in HEADLINE.get(paper, {}).items():
+            r = g[g["id"] == cid]
+            if r.empty:
+                continue
+            r = r.iloc[0]
+            pub, rep = _short(r["published"]), _short(r["reproduced"])
+            if not isinstance(_num(r["published"]), float):
+                keys.append(f"{label} ({rep + ', ' if rep else ''}{r['status']})")
+            else:
+                keys.append(f"{label} {pub}{' -> ' + rep if rep else ''} ({r['status']})")
+        absent = list(absent_models(g["note"]))
+        if absent:
+            more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
+            keys.append("weights absent: " + ", ".join(absent[:3]) + more)
+        lines.append(
+            f"| {PAPERS.get(paper, paper)} | {len(g)} | " + " | ".join(counts) + " | " + "; ".join(keys) + " |"
+        )
     return "\n".join(lines)
+
+
+def _short(v) -> str:
+    """A value for the headline: whole numbers in full (32491), others to 3 digits."""
+    v = _num(v)
+    if isinstance(v, float) and v == v and v == int(v):
+        return str(int(v))
+    return _fmt(v)
+
+
+def _num(v):
+    """A number as a float (so that _fmt rounds it), anything else as it is."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+# every block this module renders (one whose reference file is absent keeps its text)
+NAMES = (
+    "headline",
+    "published",
+    "heroes_rho",
+    "heroes_run",
+    "benchmark_heroes",
+    "benchmark_heroes_n1000",
+    "heroes_grid_rho",
+    "heroes_grid_noise",
+    "coax_ioi_summary",
+    "gim_localization",
+    "gim_localization_summary",
+    "portability",
+    "portability_native_scoring",
+    "benchmark_numerics",
+    "heroes_grid_claims",
+    "heroes_grid_superadditivity",
+    "runtime",
+)
 
 
 def blocks() -> dict[str, str]:
@@ -41,8 +185,18 @@ def blocks() -> dict[str, str]:
     f = REFERENCE / "published_summary.csv"
     if f.exists():
         out["published"] = published_markdown(f)
-    for name in ("heroes_rho", "heroes_run", "benchmark_heroes", "benchmark_heroes_n1000", "heroes_grid_rho", "heroes_grid_noise", "coax_ioi_summary", "gim_localization",
-                 "gim_localization_summary"):
+        out["headline"] = headline_markdown(f)
+    for name in (
+        "heroes_rho",
+        "heroes_run",
+        "benchmark_heroes",
+        "benchmark_heroes_n1000",
+        "heroes_grid_rho",
+        "heroes_grid_noise",
+        "coax_ioi_summary",
+        "gim_localization",
+        "gim_localization_summary",
+    ):
         f = REFERENCE / f"{name}.csv"
         if f.exists():
             out[name] = _plain(pd.read_csv(f))
@@ -52,7 +206,15 @@ def blocks() -> dict[str, str]:
             out[name] = portability_markdown(pd.read_csv(f))
     f = REFERENCE / "benchmark_numerics.csv"
     if f.exists():
-        cols = ["setup", "aten", "threads", "steps_per_s", "train_speed_vs_portable", "scoring_seconds", "scoring_speed_vs_portable"]
+        cols = [
+            "setup",
+            "aten",
+            "threads",
+            "steps_per_s",
+            "train_speed_vs_portable",
+            "scoring_seconds",
+            "scoring_speed_vs_portable",
+        ]
         out["benchmark_numerics"] = _plain(pd.read_csv(f)[cols])
     f = REFERENCE / "heroes_grid_claims.csv"
     if f.exists():
@@ -116,25 +278,60 @@ def _plain(df: pd.DataFrame) -> str:
 
 def render(readme: str, parts: dict[str, str]) -> str:
     for name, md in parts.items():
-        pat = re.compile(rf"(<!-- {name}:start -->\n)(?:.*?\n)?(<!-- {name}:end -->)", re.S)
+        pat = re.compile(rf"(^<!-- {name}:start -->\n)(?:.*?\n)?(^<!-- {name}:end -->$)", re.S | re.M)
         readme = pat.sub(lambda m: m.group(1) + md + "\n" + m.group(2), readme)
     return readme
 
 
-def main(argv=None) -> int:
+# a marker is a line of its own (a marker quoted inside a sentence is not one)
+_MARKER = re.compile(r"^<!-- ([\w-]+):(start|end) -->$", re.M)
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    """README.md and every markdown file under docs/."""
+    docs = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    return [d for d in docs if d.exists()]
+
+
+def block_names(text: str) -> list[str]:
+    """Names of the blocks a document has (start markers), in order."""
+    return [m[1] for m in _MARKER.finditer(text) if m[2] == "start"]
+
+
+def problems(text: str, known: set[str]) -> list[str]:
+    """Markers that no rendering would fill: an unknown name, a start without its end."""
+    out = []
+    starts = block_names(text)
+    ends = [m[1] for m in _MARKER.finditer(text) if m[2] == "end"]
+    for n in sorted(set(starts) | set(ends)):
+        if n not in known:
+            out.append(f"unknown block {n!r}")
+        if starts.count(n) != 1 or ends.count(n) != 1:
+            out.append(f"block {n!r} needs exactly one start and one end marker")
+    return out
+
+
+def main(argv=None, root: Path = ROOT) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args(argv)
-    path = ROOT / "README.md"
-    old = path.read_text()
-    new = render(old, blocks())
-    if a.check:
-        if new != old:
-            print("README.md is out of date with results/reference/: run python -m selfrepair.core.readme_table")
-            return 1
-        return 0
-    path.write_text(new)
-    return 0
+    parts = blocks()
+    known = set(NAMES) | set(parts)
+    bad = 0
+    for path in documents(root):
+        old = path.read_text()
+        rel = path.relative_to(root)
+        for p in problems(old, known):
+            print(f"{rel}: {p}")
+            bad = 1
+        new = render(old, parts)
+        if a.check:
+            if new != old:
+                print(f"{rel} is out of date with results/reference/: run python -m selfrepair.core.readme_table")
+                bad = 1
+        elif new != old:
+            path.write_text(new)
+    return bad
 
 
 if __name__ == "__main__":

@@ -1,0 +1,98 @@
+"""The document renderer (selfrepair.core.readme_table): blocks go into every document
+that has them, --check covers them all, and absent models are said once, not per claim."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from selfrepair.core import readme_table
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSENT = "weights not found for '{m}' (looked at {m} and the local Hugging Face cache; nothing is downloaded): LocalEntryNotFoundError"
+
+
+def test_shorten_note_one_model_and_several():
+    one = "not run: " + ABSENT.format(m="gpt2") + "; toy analogue: 0.513"
+    assert readme_table.shorten_note(one) == "not run: weights of gpt2 absent; toy analogue: 0.513"
+    many = "not run: " + "; ".join(f"{m}: " + ABSENT.format(m=m) for m in ("gpt2", "gpt2-medium", "org/x-1.3B"))
+    assert readme_table.shorten_note(many) == "not run: weights of gpt2, gpt2-medium, org/x-1.3B absent"
+    assert readme_table.shorten_note("10 seeds with bloats") == "10 seeds with bloats"
+
+
+def test_absent_models_listed_once_above_the_table(tmp_path):
+    notes = [
+        "not run: " + ABSENT.format(m="gpt2") + "; toy analogue: 1",
+        "not run: " + ABSENT.format(m="gpt2"),
+        "not run: " + "; ".join(f"{m}: " + ABSENT.format(m=m) for m in ("gpt2", "gpt2-large")),
+        "40 trials",
+    ]
+    df = pd.DataFrame(
+        {
+            "paper": ["coax"] * 4,
+            "id": list("abcd"),
+            "claim": list("abcd"),
+            "published": [1, 2, 3, 4],
+            "reproduced": [None, None, None, 4],
+            "tolerance": [0.1] * 4,
+            "status": ["not run"] * 3 + ["reproduced"],
+            "note": notes,
+        }
+    )
+    f = tmp_path / "p.csv"
+    df.to_csv(f, index=False)
+    md = readme_table.published_markdown(f)
+    assert md.count("LocalEntryNotFoundError") == 1  # one reason, said once
+    assert "`gpt2` (3 claims), `gpt2-large` (1 claim)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| coax")]
+    assert len(rows) == 4 and not any("weights not found" in r for r in rows)
+    assert "not run: weights of gpt2, gpt2-large absent" in rows[2]
+
+
+def test_reference_published_table_says_each_absent_model_once():
+    md = readme_table.blocks()["published"]
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert not any("LocalEntryNotFoundError" in r or "weights not found" in r for r in table)
+    head = md.split("\n| paper |")[0]
+    for m in ("gpt2", "gpt2-medium", "gpt2-large", "meta-llama/Llama-3.1-8B"):
+        assert head.count(f"`{m}`") == 1, m
+
+
+def test_headline_one_row_per_paper_counts_every_claim():
+    df = pd.read_csv(readme_table.REFERENCE / "published_summary.csv")
+    md = readme_table.blocks()["headline"]
+    rows = [line.split(" | ") for line in md.splitlines()[2:]]
+    assert len(rows) == df["paper"].nunique()
+    for r, (paper, g) in zip(rows, df.groupby("paper", sort=False)):
+        assert r[0] == "| " + readme_table.PAPERS[paper]
+        assert int(r[1]) == len(g) == sum(int(x) for x in r[2:6])
+
+
+def test_blocks_rendered_into_every_document_and_checked(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    empty = "<!-- headline:start -->\n<!-- headline:end -->\n"
+    (tmp_path / "README.md").write_text("# r\n\n" + empty)
+    (tmp_path / "docs" / "R.md").write_text(
+        "quoted `<!-- name:start -->` is no marker\n\n"
+        + empty
+        + "\n<!-- runtime:start -->\nold\n<!-- runtime:end -->\n"
+    )
+    assert readme_table.main(["--check"], root=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "README.md is out of date" in out and "docs/R.md is out of date" in out
+    assert readme_table.main([], root=tmp_path) == 0
+    assert readme_table.main(["--check"], root=tmp_path) == 0
+    parts = readme_table.blocks()
+    for doc in (tmp_path / "README.md", tmp_path / "docs" / "R.md"):
+        assert parts["headline"] in doc.read_text()
+    assert parts["runtime"] in (tmp_path / "docs" / "R.md").read_text()
+    (tmp_path / "docs" / "R.md").write_text("<!-- nosuch:start -->\n<!-- nosuch:end -->\n<!-- runtime:start -->\n")
+    assert readme_table.main(["--check"], root=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "unknown block 'nosuch'" in out and "block 'runtime' needs exactly one start and one end marker" in out
+
+
+def test_every_reference_table_is_in_a_document_and_readme_stays_short():
+    docs = {d.relative_to(ROOT).as_posix(): d.read_text() for d in readme_table.documents()}
+    names = {n: [d for d, t in docs.items() if n in readme_table.block_names(t)] for n in readme_table.blocks()}
+    assert all(names.values()), [n for n, d in names.items() if not d]
+    assert readme_table.block_names(docs["README.md"]) == ["headline"]  # the long tables live in docs/
