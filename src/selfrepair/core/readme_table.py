@@ -157,10 +157,8 @@ def _num(v):
         return v
 
 
-# every block this module renders (one whose reference file is absent keeps its text)
-NAMES = (
-    "headline",
-    "published",
+# blocks that are a reference file rendered as a plain table
+PLAIN = (
     "heroes_rho",
     "heroes_run",
     "benchmark_heroes",
@@ -170,6 +168,12 @@ NAMES = (
     "coax_ioi_summary",
     "gim_localization",
     "gim_localization_summary",
+)
+# every block this module renders (one whose reference file is absent keeps its text)
+NAMES = (
+    "headline",
+    "published",
+    *PLAIN,
     "portability",
     "portability_native_scoring",
     "benchmark_numerics",
@@ -186,17 +190,7 @@ def blocks() -> dict[str, str]:
     if f.exists():
         out["published"] = published_markdown(f)
         out["headline"] = headline_markdown(f)
-    for name in (
-        "heroes_rho",
-        "heroes_run",
-        "benchmark_heroes",
-        "benchmark_heroes_n1000",
-        "heroes_grid_rho",
-        "heroes_grid_noise",
-        "coax_ioi_summary",
-        "gim_localization",
-        "gim_localization_summary",
-    ):
+    for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():
             out[name] = _plain(pd.read_csv(f))
