@@ -51,18 +51,24 @@ def main():
     prim = [heads[i] for i in sorted(range(len(heads)), key=lambda i: -truth[i])[:3]]
     cands = [h for h in heads if h not in prim]
     rows = []
-    b.embed.register_forward_pre_hook(lambda m, args, kw: rows.append((args[0] if args else next(iter(kw.values()))).shape[0]),
-                                      with_kwargs=True)
+    b.embed.register_forward_pre_hook(
+        lambda m, args, kw: rows.append((args[0] if args else next(iter(kw.values()))).shape[0]), with_kwargs=True
+    )
     metric = lambda lg: ioi.logit_diff(lg, prompts)  # noqa: E731
     jobs = {
-        f"COAX scan ({a.protocol}, |U|={len(cands)}, |S|={len(prim)})":
-            lambda: coax.scan(b, prompts.tokens, cands, prim, a.protocol),
+        f"COAX scan ({a.protocol}, |U|={len(cands)}, |S|={len(prim)})": lambda: coax.scan(
+            b, prompts.tokens, cands, prim, a.protocol
+        ),
         "single-ablation energy": lambda: coax.single_energies(b, prompts.tokens, cands, a.protocol),
         "AtP": lambda: baselines.atp(b, prompts.tokens, cands, metric),
         "EAP-IG (5 steps)": lambda: baselines.eap_ig(b, prompts.tokens, cands, metric, 5),
-        f"AtP* GradDrop ({b.cfg.n_layers} layers)": lambda: baselines.atp_star_graddrop(b, prompts.tokens, cands, metric),
+        f"AtP* GradDrop ({b.cfg.n_layers} layers)": lambda: baselines.atp_star_graddrop(
+            b, prompts.tokens, cands, metric
+        ),
     }
-    print(f"model {folder}: {b.cfg.n_layers} layers x {b.cfg.n_heads} heads, {a.prompts} prompts, {a.threads} thread(s)")
+    print(
+        f"model {folder}: {b.cfg.n_layers} layers x {b.cfg.n_heads} heads, {a.prompts} prompts, {a.threads} thread(s)"
+    )
     print(f"{'method':45s} {'forward passes':>15s} {'forward calls':>14s} {'seconds':>9s}")
     for name, fn in jobs.items():
         fn()  # warm-up

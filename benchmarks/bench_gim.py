@@ -41,8 +41,20 @@ def main():
     if not (folder / "config.json").exists():
         folder = Path(tempfile.mkdtemp()) / "ioi"
         t = time.perf_counter()
-        train_any(task, folder, n_layers=2, n_heads=4, d_model=64, d_mlp=256, seed=0, lr=3e-3, batch_size=128,
-                  max_steps=1000, eval_every=250, target_accuracy=0.98)
+        train_any(
+            task,
+            folder,
+            n_layers=2,
+            n_heads=4,
+            d_model=64,
+            d_mlp=256,
+            seed=0,
+            lr=3e-3,
+            batch_size=128,
+            max_steps=1000,
+            eval_every=250,
+            target_accuracy=0.98,
+        )
         print(f"trained a toy IOI model in {time.perf_counter() - t:.1f} s ({folder})")
     bridge = load_bridge(folder, "cpu")
     data = task.sample(args.n, seed=12345)

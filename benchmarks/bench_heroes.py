@@ -164,7 +164,12 @@ def main():
     lib, lib_s = timed(lambda: {L: heroes.correct(hf, b) for L, b in sets.items()})
     ref_s = float("nan")
     if a.reference in ("all", "ood"):
-        ref, ref_s = timed(lambda: {L: torch.tensor([heroes.greedy_decode_correct(hf, a.task, b.tokens[i, 1 : L + 1]) for i in range(a.n)]) for L, b in sets.items()})
+        ref, ref_s = timed(
+            lambda: {
+                L: torch.tensor([heroes.greedy_decode_correct(hf, a.task, b.tokens[i, 1 : L + 1]) for i in range(a.n)])
+                for L, b in sets.items()
+            }
+        )
         assert all(torch.equal(lib[L], ref[L]) for L in lengths), "library and reference disagree"
     flops = sum(forward_flops(cfg, a.n, 2 * L + 2) for L in lengths)
     row("OOD selection", lib_s, ref_s, flops, f"{a.n} sequences x {len(lengths)} lengths")
@@ -173,7 +178,13 @@ def main():
     n_len = 9
     batches = S.fixed_length_batches(a.task, n_len, a.n_batches, 64, seed=1)
     _, lib_s = timed(lambda: attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt"))
-    row("G", lib_s, float("nan"), 3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2), f"{a.n_batches} batches of 64; backward = 2x forward")
+    row(
+        "G",
+        lib_s,
+        float("nan"),
+        3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2),
+        f"{a.n_batches} batches of 64; backward = 2x forward",
+    )
 
     # 3. C, mean and zero ablation of each component (+ the intact baseline).
     fresh = S.eval_set(a.task, n_len, a.n, seed=2)
@@ -194,21 +205,44 @@ def main():
                         with br.hooks(fwd_hooks=hooks):
                             return br(tokens)
 
-                out.append(torch.tensor([heroes.greedy_decode_correct(Hooked(), a.task, fresh.tokens[i, 1 : n_len + 1]) for i in range(a.n)]))
+                out.append(
+                    torch.tensor(
+                        [
+                            heroes.greedy_decode_correct(Hooked(), a.task, fresh.tokens[i, 1 : n_len + 1])
+                            for i in range(a.n)
+                        ]
+                    )
+                )
             return torch.stack(out)
 
         ref_s = float("nan")
         if a.reference == "all":
             ref, ref_s = timed(naive)
             assert torch.equal(lib, ref), f"C ({mode}): library and reference disagree"
-        row(f"C {mode}", lib_s, ref_s, (len(comps) + 1) * forward_flops(cfg, a.n, 2 * n_len + 2), f"{len(comps)} components x {a.n} sequences")
+        row(
+            f"C {mode}",
+            lib_s,
+            ref_s,
+            (len(comps) + 1) * forward_flops(cfg, a.n, 2 * n_len + 2),
+            f"{len(comps)} components x {a.n} sequences",
+        )
 
     # 4. Training throughput: the Hugging Face module vs plain PyTorch, same batches.
     plain = PlainTransformer(cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.n_layer, cfg.n_inner)
     fresh_hf = models.build_gpt2_toy(cfg, seed=0)
     hf_sps = train_steps_per_second(fresh_hf, lambda m, t: m(input_ids=t).logits, a.train_steps)
     plain_sps = train_steps_per_second(plain, lambda m, t: m(t), a.train_steps)
-    rows.append({"part": "training steps/s (HF / plain)", "library_s": 1 / hf_sps, "reference_s": 1 / plain_sps, "speedup_vs_reference": hf_sps / plain_sps, "compute_floor_s": float("nan"), "library_over_floor": float("nan"), "note": f"HF {hf_sps:.1f} steps/s, plain {plain_sps:.1f} steps/s"})
+    rows.append(
+        {
+            "part": "training steps/s (HF / plain)",
+            "library_s": 1 / hf_sps,
+            "reference_s": 1 / plain_sps,
+            "speedup_vs_reference": hf_sps / plain_sps,
+            "compute_floor_s": float("nan"),
+            "library_over_floor": float("nan"),
+            "note": f"HF {hf_sps:.1f} steps/s, plain {plain_sps:.1f} steps/s",
+        }
+    )
     print(rows[-1], flush=True)
     df = pd.DataFrame(rows)
     df.insert(0, "threads", a.threads)

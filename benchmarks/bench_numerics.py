@@ -78,7 +78,18 @@ def child(mode: str, threads: int, steps: int, n: int) -> dict:
 
 
 def run_child(mode: str, threads: int, a) -> dict:
-    cmd = [sys.executable, __file__, "--child", mode, "--threads", str(threads), "--steps", str(a.steps), "--n", str(a.n)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--threads",
+        str(threads),
+        "--steps",
+        str(a.steps),
+        "--n",
+        str(a.n),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=3600)
     if r.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{r.stderr[-3000:]}")

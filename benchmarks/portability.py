@@ -77,7 +77,12 @@ def compare_csv(a: Path, b: Path) -> list[dict]:
         elif pd.api.types.is_numeric_dtype(x[c]) and pd.api.types.is_numeric_dtype(y[c]):
             d = np.abs(x[c].to_numpy(float) - y[c].to_numpy(float))
             rel = d / np.maximum(np.abs(x[c].to_numpy(float)), 1e-30)
-            row.update(what="values", n_values=int(np.nansum(d > 0)), max_abs=float(np.nanmax(d)), max_rel=float(np.nanmax(rel)))
+            row.update(
+                what="values",
+                n_values=int(np.nansum(d > 0)),
+                max_abs=float(np.nanmax(d)),
+                max_rel=float(np.nanmax(rel)),
+            )
         else:
             row.update(what="values", n_values=int((x[c].astype(str) != y[c].astype(str)).sum()))
         out.append(row)
@@ -102,7 +107,9 @@ def compare_json(a: Path, b: Path) -> list[dict]:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--numerics", choices=["portable", "native"], default="portable")
-    ap.add_argument("--other-numerics", choices=["portable", "native"], help="the second run's mode (default: --numerics)")
+    ap.add_argument(
+        "--other-numerics", choices=["portable", "native"], help="the second run's mode (default: --numerics)"
+    )
     ap.add_argument("--fixed-weights", action="store_true", help="score the committed tiny checkpoints, no training")
     ap.add_argument("--papers", default="heroes", help="comma-separated papers of the tiny config")
     ap.add_argument("--out", default="results/benchmarks/portability.csv")
@@ -130,7 +137,9 @@ def main():
         elif x.read_bytes() == y.read_bytes():
             rows.append({"file": str(f), "identical": True})
         else:
-            diff = {".csv": compare_csv, ".json": compare_json}.get(f.suffix, lambda x, y: [{"what": "bytes differ"}])(x, y)
+            diff = {".csv": compare_csv, ".json": compare_json}.get(f.suffix, lambda x, y: [{"what": "bytes differ"}])(
+                x, y
+            )
             rows.extend({"file": str(f), "identical": False, **d} for d in diff)
     cols = ["file", "identical", "column", "what", "n_values", "max_abs", "max_rel"]
     t = pd.DataFrame(rows, columns=cols).assign(

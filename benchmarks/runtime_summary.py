@@ -37,14 +37,24 @@ def summarize(root: Path) -> pd.DataFrame:
         if t.empty or "s" not in t:
             continue
         part, step = part_and_step(f, root)
-        rows.append({"part": part, "step": step, "s": float(t["s"].iloc[-1]), "cpu_s": float(t["cpu_time"].iloc[-1]), "file": str(f)})
+        rows.append(
+            {
+                "part": part,
+                "step": step,
+                "s": float(t["s"].iloc[-1]),
+                "cpu_s": float(t["cpu_time"].iloc[-1]),
+                "file": str(f),
+            }
+        )
     if not rows:
         raise SystemExit(f"no benchmark files under {root}")
     df = pd.DataFrame(rows)
     agg = dict(jobs=("s", "size"), wall_s=("s", "sum"), cpu_s=("cpu_s", "sum"), longest_job_s=("s", "max"))
     steps = df.groupby(["part", "step"]).agg(**agg).reset_index()
     total = df.groupby("part").agg(**agg).reset_index().assign(step="all")
-    out = pd.concat([steps, total], ignore_index=True).sort_values(["part", "step"], key=lambda s: s.map(lambda v: (v == "all", v)))
+    out = pd.concat([steps, total], ignore_index=True).sort_values(
+        ["part", "step"], key=lambda s: s.map(lambda v: (v == "all", v))
+    )
     out["wall_min"] = out["wall_s"] / 60
     return out.round(1)
 

@@ -8,8 +8,19 @@ smk = snakemake  # noqa: F821
 device = runtime.start(smk)
 p = smk.params
 bridge = load_bridge(smk.input.model, device)
-res = induction_experiment.run_induction(bridge, tuple(p.T), p.vocab, p.n_prompts, p.data_seed, p.ks, p.n_primary, p.n_random,
-                              p.protocol, p.top_r, p.max_rows)
+res = induction_experiment.run_induction(
+    bridge,
+    tuple(p.T),
+    p.vocab,
+    p.n_prompts,
+    p.data_seed,
+    p.ks,
+    p.n_primary,
+    p.n_random,
+    p.protocol,
+    p.top_r,
+    p.max_rows,
+)
 res["heads"].to_csv(smk.output.heads, index=False)
 sets = res["sets"]
 sets["clean_logprob"] = res["clean_logprob"]

@@ -17,8 +17,20 @@ truth = pd.read_csv(smk.input.truth)
 primaries = [parse(u) for u in truth.sort_values("drop", ascending=False).query("role == 'primary'")["unit"]]
 backups = [parse(u) for u in truth.query("role == 'backup'")["unit"]]
 prompts = ioi.sample_toy(p.n_prompts, int(p.data_seed)).to(device)
-res = ioi_experiment.run_ioi(bridge, prompts, heads, primaries, backups, p.protocol, p.top_r, p.top_k, p.k_recovered,
-                  p.wake_min, p.ig_steps, p.max_rows)
+res = ioi_experiment.run_ioi(
+    bridge,
+    prompts,
+    heads,
+    primaries,
+    backups,
+    p.protocol,
+    p.top_r,
+    p.top_k,
+    p.k_recovered,
+    p.wake_min,
+    p.ig_steps,
+    p.max_rows,
+)
 for name in ("scores", "discovery", "wake", "freeze", "knockout"):
     t = res[name].copy()
     t.insert(0, "data_seed", int(p.data_seed))

@@ -12,7 +12,8 @@ p = smk.params
 bridge = load_bridge(smk.input.model, device)
 heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
 prompts = ioi.sample_toy(p.n_prompts, p.truth_seed)
-table, pairs, _, _ = ioi_experiment.ground_truth(bridge, prompts.to(device), heads,
-                                      p.n_primary, p.backup_frac, p.max_rows)
+table, pairs, _, _ = ioi_experiment.ground_truth(
+    bridge, prompts.to(device), heads, p.n_primary, p.backup_frac, p.max_rows
+)
 table.to_csv(smk.output.heads, index=False)
 pairs.to_csv(smk.output.pairs, index=False)

@@ -27,7 +27,9 @@ for _, r in status.iterrows():
         for cid in str(r["claims"]).split():
             not_run[cid] = r["reason"]
 not_run.setdefault("limits_mlp_weak", "not run: the greater-than circuit (MLP-dominated) is not part of this workflow")
-not_run.setdefault("limits_induction_shared", "not run: a qualitative reading of the paper's induction results; not scored")
+not_run.setdefault(
+    "limits_induction_shared", "not run: a qualitative reading of the paper's induction results; not scored"
+)
 measured = coax.measured_claims(pd.read_csv(i.synthetic), toy, real, not_run)
 wk = Path(i.real_tables) / "wakeup_models.csv"
 if "wakeup_scales" not in not_run and wk.exists():

@@ -12,6 +12,7 @@ smk = snakemake  # noqa: F821
 device = runtime.start(smk)
 p = smk.params
 Path(smk.output.tables).mkdir(parents=True, exist_ok=True)
-status = real_models.run_real_models(dict(p.real), dict(p.ioi), dict(p.induction), p.protocol, p.top_r, smk.output.tables,
-                              device, p.max_rows)
+status = real_models.run_real_models(
+    dict(p.real), dict(p.ioi), dict(p.induction), p.protocol, p.top_r, smk.output.tables, device, p.max_rows
+)
 status.to_csv(smk.output.status, index=False)

@@ -21,13 +21,28 @@ device = runtime.start(smk)
 p = smk.params
 task, seed = p.task, int(p.seed)
 ood = runtime.read_json(smk.input.ood)
-joint_cols = ["cell", "task", "seed", "group", "n", "members", "baseline_acc", "mean_individual", "sum_individual", "joint", "superadditivity", "n_eval"]
+joint_cols = [
+    "cell",
+    "task",
+    "seed",
+    "group",
+    "n",
+    "members",
+    "baseline_acc",
+    "mean_individual",
+    "sum_individual",
+    "joint",
+    "superadditivity",
+    "n_eval",
+]
 sweep_cols = ["task", "seed", "n", "chunk", "rho", "pairs_within_noise", "C_within_noise_of_zero"]
 thresholds = list(p.thresholds)
 
 if ood["status"] != "kept":
     logging.info("seed skipped: %s", ood["reason"])
-    pd.DataFrame([{"cell": cell, "task": task, "seed": seed, "status": "skipped", "reason": ood["reason"]} for cell in p.cells]).to_csv(smk.output.components, index=False)
+    pd.DataFrame(
+        [{"cell": cell, "task": task, "seed": seed, "status": "skipped", "reason": ood["reason"]} for cell in p.cells]
+    ).to_csv(smk.output.components, index=False)
     pd.DataFrame(columns=joint_cols).to_csv(smk.output.joint, index=False)
     pd.DataFrame(columns=sweep_cols).to_csv(smk.output.sweep, index=False)
 else:
@@ -78,14 +93,26 @@ else:
         role = df[f"role_t{p.threshold:g}"]
         for group in ("bloat", "hero"):
             members = [C.parse(n) for n in df.loc[role == group, "component"]]
-            row = {"cell": cell, "task": task, "seed": seed, "group": group, "n": len(members), "members": " ".join(m.name for m in members), "n_eval": n_eval}
+            row = {
+                "cell": cell,
+                "task": task,
+                "seed": seed,
+                "group": group,
+                "n": len(members),
+                "members": " ".join(m.name for m in members),
+                "n_eval": n_eval,
+            }
             base = float(correct[proto["site"]][0, :n_eval].mean())
             row["baseline_acc"] = base
             if members:
                 ind = df.set_index("component").loc[[m.name for m in members], "C"].astype(float)
-                joint_acc = float(protocol.exact_match_sets(bridge, sub, [members], p.ablation, means, proto["site"]).double().mean())
+                joint_acc = float(
+                    protocol.exact_match_sets(bridge, sub, [members], p.ablation, means, proto["site"]).double().mean()
+                )
                 row.update(mean_individual=float(ind.mean()), sum_individual=float(ind.sum()), joint=base - joint_acc)
-                row["superadditivity"] = row["joint"] / row["sum_individual"] if row["sum_individual"] > 0 else float("nan")
+                row["superadditivity"] = (
+                    row["joint"] / row["sum_individual"] if row["sum_individual"] > 0 else float("nan")
+                )
             joint_rows.append(row)
     pd.concat(comp_frames).to_csv(smk.output.components, index=False)
     pd.DataFrame(joint_rows, columns=joint_cols).to_csv(smk.output.joint, index=False)

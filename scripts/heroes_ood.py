@@ -24,9 +24,7 @@ info = {
     "n_select": p.n_select,
     "status": "kept" if n is not None else "skipped",
     "N": n,
-    "reason": ""
-    if n is not None
-    else f"no length in {list(p.lengths)} has accuracy in [{p.window[0]}, {p.window[1]}]",
+    "reason": "" if n is not None else f"no length in {list(p.lengths)} has accuracy in [{p.window[0]}, {p.window[1]}]",
 }
 logging.info("%s", info)
 tensors = {"status": info["status"]}

@@ -14,12 +14,29 @@ device = runtime.start(smk)
 p = smk.params
 o = smk.output
 roles = pd.read_csv(smk.input.roles)
-red_cols = ["task", "seed", "group", "members", "n", "baseline_acc", "sum_individual", "mean_individual", "joint", "superadditivity", "ablation"]
+red_cols = [
+    "task",
+    "seed",
+    "group",
+    "members",
+    "n",
+    "baseline_acc",
+    "sum_individual",
+    "mean_individual",
+    "joint",
+    "superadditivity",
+    "ablation",
+]
 prune_cols = ["task", "seed", "order", "k", "removed", "accuracy", "ablation"]
 att_cols = ["task", "seed", "component", "role", "entropy", "sink_mass", "argmax_distance"]
 pat_cols = ["task", "seed", "component", "role", "query", "key", "weight"]
 if "status" not in roles or roles["status"].iloc[0] != "kept":
-    for path, cols in ((o.redundancy, red_cols), (o.pruning, prune_cols), (o.attention, att_cols), (o.patterns, pat_cols)):
+    for path, cols in (
+        (o.redundancy, red_cols),
+        (o.pruning, prune_cols),
+        (o.attention, att_cols),
+        (o.patterns, pat_cols),
+    ):
         pd.DataFrame(columns=cols).to_csv(path, index=False)
     raise SystemExit(0)
 
@@ -33,7 +50,16 @@ rows = []
 for group in ("bloat", "hero"):
     members = [C.parse(n) for n in roles.loc[roles["role"] == group, "component"]]
     r = heroes.joint_vs_individual(bridge, fresh, members, p.ablation, means)
-    rows.append({"task": p.task, "seed": p.seed, "group": group, "members": " ".join(c.name for c in members), **r, "ablation": p.ablation})
+    rows.append(
+        {
+            "task": p.task,
+            "seed": p.seed,
+            "group": group,
+            "members": " ".join(c.name for c in members),
+            **r,
+            "ablation": p.ablation,
+        }
+    )
 pd.DataFrame(rows).reindex(columns=red_cols).to_csv(o.redundancy, index=False)
 
 by = {n: C.parse(n) for n in roles["component"]}
@@ -46,7 +72,17 @@ prows = []
 for name, order in orders.items():
     order = [by[n] for n in order]
     for k, acc in enumerate(heroes.pruning_curve(bridge, fresh, order, p.ablation, means)):
-        prows.append({"task": p.task, "seed": p.seed, "order": name, "k": k, "removed": order[k - 1].name if k else "", "accuracy": acc, "ablation": p.ablation})
+        prows.append(
+            {
+                "task": p.task,
+                "seed": p.seed,
+                "order": name,
+                "k": k,
+                "removed": order[k - 1].name if k else "",
+                "accuracy": acc,
+                "ablation": p.ablation,
+            }
+        )
 pd.DataFrame(prows, columns=prune_cols).to_csv(o.pruning, index=False)
 
 tokens = data["tokens"][0].to(device)
@@ -59,5 +95,7 @@ pats = []
 for name in st["component"]:
     c = C.parse(name)
     pat = heroes.mean_attention_pattern(bridge, tokens, c.layer, c.head)
-    pats += [(p.task, p.seed, name, role[name], q, k, float(pat[q, k])) for q in range(pat.shape[0]) for k in range(q + 1)]
+    pats += [
+        (p.task, p.seed, name, role[name], q, k, float(pat[q, k])) for q in range(pat.shape[0]) for k in range(q + 1)
+    ]
 pd.DataFrame(pats, columns=pat_cols).to_csv(o.patterns, index=False)

@@ -36,7 +36,9 @@ def batch_fn(step):
 
 
 def eval_fn(mod):
-    return heroes.id_accuracy(mod, task, t["min_len"], t["max_len"], t["eval_size"], seed=seed + 7, padding=t["padding"])
+    return heroes.id_accuracy(
+        mod, task, t["min_len"], t["max_len"], t["eval_size"], seed=seed + 7, padding=t["padding"]
+    )
 
 
 result = train.train(

@@ -71,8 +71,12 @@ class LinearHeads(HookedRootModule):
         g = torch.Generator().manual_seed(1)
         self.emb = nn.Parameter(torch.randn(7, n_heads, d_head, generator=g))
         self.read = nn.Parameter(torch.randn(vocab, n_heads, d_head, generator=g) * 0.5)
-        self.blocks = nn.ModuleList([_Block(torch.randn(n_heads, d_head, vocab, generator=g)),
-                                     _Block(torch.randn(n_heads, d_head, vocab, generator=g))])
+        self.blocks = nn.ModuleList(
+            [
+                _Block(torch.randn(n_heads, d_head, vocab, generator=g)),
+                _Block(torch.randn(n_heads, d_head, vocab, generator=g)),
+            ]
+        )
         for blk in self.blocks:
             blk.attn.W_O.requires_grad_(False)
         self.cfg = SimpleNamespace(n_layers=2, n_heads=n_heads, d_head=d_head)

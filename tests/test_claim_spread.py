@@ -141,8 +141,23 @@ def _grid_inputs():
     )
     rows = []
     for r in seeds.itertuples():
-        for comp, layer, role, g in (("L1H0", 1, "bloat", 0.2), ("L1H1", 1, "hero" if r.cell == "site" else "aligned", 0.1), ("L0H0", 0, "hero", 0.3)):
-            rows.append({"cell": r.cell, "task": r.task, "seed": r.seed, "component": comp, "layer": layer, "role_t6": role, "G": g, "status": "kept"})
+        for comp, layer, role, g in (
+            ("L1H0", 1, "bloat", 0.2),
+            ("L1H1", 1, "hero" if r.cell == "site" else "aligned", 0.1),
+            ("L0H0", 0, "hero", 0.3),
+        ):
+            rows.append(
+                {
+                    "cell": r.cell,
+                    "task": r.task,
+                    "seed": r.seed,
+                    "component": comp,
+                    "layer": layer,
+                    "role_t6": role,
+                    "G": g,
+                    "status": "kept",
+                }
+            )
     return seeds, pd.DataFrame(rows)
 
 
@@ -159,8 +174,25 @@ def test_grid_paired_table_and_claims_change():
     assert bool(paired.loc["rho", "decided"]) and paired.loc["rho", "change"] == "raises"
     assert paired.loc["bloats", "change"] == "no clear change" and not bool(paired.loc["bloats", "decided"])
     # the claims table states the change on the claim's scale
-    rho = pd.DataFrame({"cell": ["default", "site"], "task": ["sort", "sort"], "rho_mean": [0.3, 0.6], "ci_lo": [0.2, 0.5], "ci_hi": [0.4, 0.7]})
-    layers = pd.DataFrame({"cell": ["default", "site"], "task": ["sort"] * 2, "threshold": [6, 6], "layer": [1, 1], "hero_per10": [0.0, 10.0], "bloat_per10": [10.0, 10.0]})
+    rho = pd.DataFrame(
+        {
+            "cell": ["default", "site"],
+            "task": ["sort", "sort"],
+            "rho_mean": [0.3, 0.6],
+            "ci_lo": [0.2, 0.5],
+            "ci_hi": [0.4, 0.7],
+        }
+    )
+    layers = pd.DataFrame(
+        {
+            "cell": ["default", "site"],
+            "task": ["sort"] * 2,
+            "threshold": [6, 6],
+            "layer": [1, 1],
+            "hero_per10": [0.0, 10.0],
+            "bloat_per10": [10.0, 10.0],
+        }
+    )
     empty = pd.DataFrame(columns=["cell", "task", "group", "layer", "mean_individual", "mean_joint", "ratio", "G_mean"])
     claims = [
         {"id": "rho_sort", "claim": "s", "value": 0.27, "tolerance": 0.24},
@@ -211,7 +243,9 @@ def test_compare_with_measured_fills_the_ci_columns():
         {"id": "b", "claim": "y", "source": "s", "value": 0.72, "tolerance": 0.08},
         {"id": "c", "claim": "z", "source": "s", "value": 0.72, "tolerance": 0.08},
     ]
-    t = published.compare("p", claims, {"a": Measured(0.49, 0.32, 0.65, "sd 0.28"), "b": Measured(0.75, 0.70, 0.78), "c": 0.5})
+    t = published.compare(
+        "p", claims, {"a": Measured(0.49, 0.32, 0.65, "sd 0.28"), "b": Measured(0.75, 0.70, 0.78), "c": 0.5}
+    )
     assert list(t["status"]) == ["fragile", "reproduced", "differs"]
     assert t.loc[0, "ci_low"] == 0.32 and t.loc[0, "ci_high"] == 0.65 and t.loc[0, "note"] == "sd 0.28"
     assert math.isnan(t.loc[2, "ci_low"])
@@ -219,7 +253,18 @@ def test_compare_with_measured_fills_the_ci_columns():
 
 
 def test_strict_mode_lists_fragile_and_fails_only_on_differs():
-    t = pd.DataFrame({"paper": ["p", "p"], "id": ["a", "b"], "published": [0.72, 1.0], "tolerance": [0.08, 0.1], "reproduced": [0.49, 1.0], "ci_low": [0.32, np.nan], "ci_high": [0.65, np.nan], "status": ["fragile", "reproduced"]})
+    t = pd.DataFrame(
+        {
+            "paper": ["p", "p"],
+            "id": ["a", "b"],
+            "published": [0.72, 1.0],
+            "tolerance": [0.08, 0.1],
+            "reproduced": [0.49, 1.0],
+            "ci_low": [0.32, np.nan],
+            "ci_high": [0.65, np.nan],
+            "status": ["fragile", "reproduced"],
+        }
+    )
     log = published.summary_report(t, strict=True)  # fragile never fails
     assert "1 fragile" in log and "0.32" in log
     bad = pd.concat([t, t.iloc[[1]].assign(id="c", status="differs")])
@@ -236,8 +281,27 @@ def _roles():
     for seed, stable in ((1, [True, False, True]), (2, [True, True, True])):
         for (comp, layer, role), st in zip((("L1H1", 1, "bloat"), ("L1H3", 1, "bloat"), ("L3H3", 3, "hero")), stable):
             rows.append(
-                {"task": "sort", "seed": seed, "component": comp, "layer": layer, "role": role, "role_t6": role, "stable": st, "stable_t6": st, "stability": 1.0 if st else 0.5, "status": "kept",
-                 "G": 1.0, "C": 0.1, "C_mean": 0.1, "C_zero": 0.1, "baseline_acc": 0.5, "C_within_2se_of_other": not st, "C_within_2se_of_zero": False, "rho_boot_lo": -0.2, "rho_boot_hi": 0.4}
+                {
+                    "task": "sort",
+                    "seed": seed,
+                    "component": comp,
+                    "layer": layer,
+                    "role": role,
+                    "role_t6": role,
+                    "stable": st,
+                    "stable_t6": st,
+                    "stability": 1.0 if st else 0.5,
+                    "status": "kept",
+                    "G": 1.0,
+                    "C": 0.1,
+                    "C_mean": 0.1,
+                    "C_zero": 0.1,
+                    "baseline_acc": 0.5,
+                    "C_within_2se_of_other": not st,
+                    "C_within_2se_of_zero": False,
+                    "rho_boot_lo": -0.2,
+                    "rho_boot_hi": 0.4,
+                }
             )
     return pd.DataFrame(rows)
 
@@ -251,9 +315,22 @@ def test_heroes_tables_count_stable_roles_beside_all_roles():
     assert stab.loc["L1H3", "bloat"] == 2 and stab.loc["L1H3", "bloat_stable"] == 1
     assert stab.loc["L1H3", "mean_stability"] == pytest.approx(0.75)
     stable = heroes_tables.stable_claims(by_layer.reset_index(), stab.reset_index(), 6)
-    assert stable == {"sort_layer1_bloats": 3.0, "sort_layer3_heroes": 2.0, "sort_L3H3_hero": 10.0, "sort_L1H1_bloat": 10.0, "sort_L1H3_bloat": 5.0}
+    assert stable == {
+        "sort_layer1_bloats": 3.0,
+        "sort_layer3_heroes": 2.0,
+        "sort_L3H3_hero": 10.0,
+        "sort_L1H1_bloat": 10.0,
+        "sort_L1H3_bloat": 5.0,
+    }
     ood = [{"task": "sort", "seed": s, "status": "kept", "N": 9, "accuracy_by_length": {"9": 0.5}} for s in (1, 2)]
-    train = [{"steps": 10, "reached_target": True, "id_accuracy": 0.95, "protocol": {"padding": "per_batch", "init": "transformers"}}] * 2
+    train = [
+        {
+            "steps": 10,
+            "reached_target": True,
+            "id_accuracy": 0.95,
+            "protocol": {"padding": "per_batch", "init": "transformers"},
+        }
+    ] * 2
     red = pd.DataFrame(columns=["task", "seed", "group", "n", "joint", "mean_individual"])
     seeds = heroes_tables.seeds_table(roles, ood, train, red).set_index("seed")
     assert seeds.loc[1, "n_bloats"] == 2 and seeds.loc[1, "n_bloats_stable"] == 1
@@ -262,7 +339,12 @@ def test_heroes_tables_count_stable_roles_beside_all_roles():
     seeds = seeds.reset_index().assign(seed=[456, 2020], rho=[0.1, 0.1])
     rho = heroes_tables.rho_summary(seeds)
     empty = pd.DataFrame(columns=["task", "group", "layer", "n_seeds", "G_mean", "role", "entropy", "sink_mass"])
-    m = heroes_tables.measured_claims(seeds, rho, by_layer.reset_index(), stab.reset_index(), empty, empty, empty, 6, [6])
-    assert isinstance(m["rho_sort_seed456"], Measured) and (m["rho_sort_seed456"].lo, m["rho_sort_seed456"].hi) == (-0.2, 0.4)
+    m = heroes_tables.measured_claims(
+        seeds, rho, by_layer.reset_index(), stab.reset_index(), empty, empty, empty, 6, [6]
+    )
+    assert isinstance(m["rho_sort_seed456"], Measured) and (m["rho_sort_seed456"].lo, m["rho_sort_seed456"].hi) == (
+        -0.2,
+        0.4,
+    )
     assert isinstance(m["rho_sort"], Measured) and m["rho_sort"].value == pytest.approx(0.1)
     assert "stable roles only: 3" in m["sort_layer1_bloats"][1]

@@ -110,8 +110,9 @@ def tiny_gpt2(tmp_path_factory):
     from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
 
     folder = tmp_path_factory.mktemp("gpt2")
-    model = build_gpt2_toy(gpt2_toy_config(vocab_size=50, n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
-                           seed=0, positional=True)
+    model = build_gpt2_toy(
+        gpt2_toy_config(vocab_size=50, n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16), seed=0, positional=True
+    )
     save_model(model, folder)
     return load_bridge(folder)
 

@@ -52,7 +52,6 @@ def test_atp_and_eap_ig_against_finite_differences_on_a_linear_toy(linear):
         assert ig[h.name] == pytest.approx(want, rel=1e-4, abs=1e-5)
 
 
-
 def test_graddrop_by_hand_on_a_linear_toy(linear):
     m, tokens, heads = linear
     vals = run_ablated(m, tokens, [[]] + [[h] for h in heads], reduce=lambda lg: float(metric(lg)))
@@ -70,8 +69,9 @@ def test_graddrop_by_hand_on_a_linear_toy(linear):
 def test_graddrop_cuts_the_own_layer_on_a_bridged_gpt2(tmp_path):
     from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model
 
-    model = build_gpt2_toy(gpt2_toy_config(vocab_size=30, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=8),
-                           seed=0, positional=True)
+    model = build_gpt2_toy(
+        gpt2_toy_config(vocab_size=30, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=8), seed=0, positional=True
+    )
     save_model(model, tmp_path / "m")
     b = load_bridge(tmp_path / "m")
     tokens = torch.randint(0, 30, (3, 6), generator=torch.Generator().manual_seed(0))

@@ -35,7 +35,9 @@ def test_induction_sequences_and_metric():
     for i, t in enumerate(lens.tolist()):
         assert tok[i, 1 : 1 + t].tolist() == tok[i, 1 + t : 1 + 2 * t].tolist()
     # uniform logits: every token has log-prob -log V
-    assert float(induction.repeated_logprob(torch.zeros(6, 15, 10), tok, lens)) == pytest.approx(-torch.log(torch.tensor(10.0)).item())
+    assert float(induction.repeated_logprob(torch.zeros(6, 15, 10), tok, lens)) == pytest.approx(
+        -torch.log(torch.tensor(10.0)).item()
+    )
     # perfect prediction of the repeated tokens: log-prob 0
     perfect = torch.full((6, 15, 10), -1e4)
     perfect[:, :-1].scatter_(-1, tok[:, 1:, None], 0.0)
@@ -70,7 +72,9 @@ def _word_tokenizer(folder):
     from tokenizers.pre_tokenizers import Whitespace
     from transformers import PreTrainedTokenizerFast
 
-    words = ["<unk>", "<bos>", ",", "When", "and", "went", "to", "the", "gave", "a"] + ioi.NAMES + ioi.PLACES + ioi.OBJECTS
+    words = (
+        ["<unk>", "<bos>", ",", "When", "and", "went", "to", "the", "gave", "a"] + ioi.NAMES + ioi.PLACES + ioi.OBJECTS
+    )
     tok = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = Whitespace()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>")
@@ -93,12 +97,29 @@ def tiny_real_models(tmp_path_factory):
     v = 60
     cfgs = {
         "tiny-gpt2": (GPT2LMHeadModel, GPT2Config(vocab_size=v, n_positions=64, n_embd=32, n_layer=2, n_head=4)),
-        "tiny-neox": (GPTNeoXForCausalLM, GPTNeoXConfig(vocab_size=v, hidden_size=32, num_hidden_layers=2,
-                                                        num_attention_heads=4, intermediate_size=64,
-                                                        max_position_embeddings=64)),
-        "tiny-llama": (LlamaForCausalLM, LlamaConfig(vocab_size=v, hidden_size=32, num_hidden_layers=2,
-                                                     num_attention_heads=4, num_key_value_heads=2,
-                                                     intermediate_size=64, max_position_embeddings=64)),
+        "tiny-neox": (
+            GPTNeoXForCausalLM,
+            GPTNeoXConfig(
+                vocab_size=v,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            ),
+        ),
+        "tiny-llama": (
+            LlamaForCausalLM,
+            LlamaConfig(
+                vocab_size=v,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            ),
+        ),
     }
     for name, (cls, cfg) in cfgs.items():
         torch.manual_seed(0)
@@ -120,9 +141,15 @@ def test_gpt2_prompts_with_a_tokenizer(tiny_real_models):
 
 
 def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
-    real = {"search_paths": [str(tiny_real_models)], "ioi_model": "tiny-gpt2",
-            "wakeup_models": ["tiny-gpt2", "tiny-neox", "tiny-llama"],
-            "induction_models": ["tiny-neox", "tiny-llama"], "n_prompts": 12, "data_seeds": [1, 2], "induction_T": 6}
+    real = {
+        "search_paths": [str(tiny_real_models)],
+        "ioi_model": "tiny-gpt2",
+        "wakeup_models": ["tiny-gpt2", "tiny-neox", "tiny-llama"],
+        "induction_models": ["tiny-neox", "tiny-llama"],
+        "n_prompts": 12,
+        "data_seeds": [1, 2],
+        "induction_T": 6,
+    }
     ioi_cfg = {"n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2}
     ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
     status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu").set_index("experiment")
@@ -138,15 +165,28 @@ def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
 
 
 def test_absent_weights_are_not_run_not_a_failure(tmp_path):
-    real = {"search_paths": [str(tmp_path)], "ioi_model": "no-such-gpt2", "wakeup_models": ["no-such-medium"],
-            "induction_models": ["no-such-pythia"], "n_prompts": 8, "data_seeds": [1], "induction_T": 6}
+    real = {
+        "search_paths": [str(tmp_path)],
+        "ioi_model": "no-such-gpt2",
+        "wakeup_models": ["no-such-medium"],
+        "induction_models": ["no-such-pythia"],
+        "n_prompts": 8,
+        "data_seeds": [1],
+        "induction_T": 6,
+    }
     status = real_models.run_real_models(real, {}, {}, "v2", 16, tmp_path / "t", "cpu")
     assert (status["status"] == "not run").all()
     assert status.set_index("experiment").loc["ioi", "reason"].startswith("not run: weights not found")
     from selfrepair.core import published
 
     claims = [{"id": "ioi_auc_coax", "claim": "x", "source": "y", "value": 0.91, "tolerance": 0.05}]
-    nr = {c: r for _, row in status.iterrows() if row["status"] != "ran" for c in row["claims"].split() for r in [row["reason"]]}
+    nr = {
+        c: r
+        for _, row in status.iterrows()
+        if row["status"] != "ran"
+        for c in row["claims"].split()
+        for r in [row["reason"]]
+    }
     table = published.compare("coax", claims, coax.measured_claims(None, {}, {}, nr))
     assert table.loc[0, "status"] == "not run" and "weights not found" in table.loc[0, "note"]
 

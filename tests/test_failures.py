@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from selfrepair.core import models, runtime
+from selfrepair.core import models, runtime, status
 from selfrepair.gim import circuits as C
 from selfrepair.tasks import sequences as S
 from selfrepair.tasks.counterfactual import CounterfactualBatch
@@ -80,7 +80,9 @@ def test_inf_in_a_pytorch_bin_checkpoint_is_named(tmp_path):
     sd[name][7] = float("inf")
     file = folder / "pytorch_model.bin"
     torch.save(sd, file)
-    with pytest.raises(models.NonFiniteWeights, match=re.escape(f"{file}: tensor '{name}' has 0 NaN and 1 inf of 16 values")):
+    with pytest.raises(
+        models.NonFiniteWeights, match=re.escape(f"{file}: tensor '{name}' has 0 NaN and 1 inf of 16 values")
+    ):
         models.load_hf(folder)
 
 
@@ -224,7 +226,13 @@ def test_atomic_writes_respect_the_umask(tmp_path, umask, mask, mode):
         tmp.write_text("x")
     for name in ("batch.pt", "other.txt"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch.pt", "ood_batches.pt", "other.txt", "plain.txt", "train.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "batch.pt",
+        "ood_batches.pt",
+        "other.txt",
+        "plain.txt",
+        "train.json",
+    ]
 
 
 def test_atomic_write_failure_keeps_the_old_file_and_leaves_no_temp(tmp_path):
@@ -279,8 +287,20 @@ def test_nan_checkpoint_stops_the_rule_and_writes_nothing(tmp_path, toy_folder):
     name = "transformer.h.0.mlp.c_fc.weight"
     file = poison(seed_dir / "model", {name: [((1, 2), float("nan"))]})
     target = "results/heroes/sort/seed42/ood.json"
-    r = snakemake("--cores", "1", target, "--allowed-rules", "heroes_ood", "--directory", str(d), *configs(),
-                  "--config", "papers=[heroes]", "device=cpu", check=False)
+    r = snakemake(
+        "--cores",
+        "1",
+        target,
+        "--allowed-rules",
+        "heroes_ood",
+        "--directory",
+        str(d),
+        *configs(),
+        "--config",
+        "papers=[heroes]",
+        "device=cpu",
+        check=False,
+    )
     assert r.returncode != 0
     log = (d / "logs/heroes/sort/seed42/ood.log").read_text()
     rel = file.relative_to(d)  # the rule's input path, relative to --directory
@@ -303,8 +323,14 @@ def test_killed_run_is_unlocked_and_resumed(tmp_path):
     # the target before --configfile, which takes every following word as a config file
     args = [target, "--directory", str(d), *configs(), "--config", "papers=[heroes]", "device=cpu"]
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--cores", "1", *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     incomplete = d / ".snakemake" / "incomplete"
     deadline = time.monotonic() + 60
     try:  # wait until the training job runs (its outputs are marked incomplete)
@@ -325,6 +351,11 @@ def test_killed_run_is_unlocked_and_resumed(tmp_path):
         raise AssertionError("processes of the killed run survived")
     assert not (d / target).exists()
     assert list((d / ".snakemake" / "locks").glob("*"))
+    # `make status` tells: a stale lock (no Snakemake works here any more), the job interrupted
+    word, lines = status.state(d)
+    assert "heroes_train (jobid" in "\n".join(lines)
+    if status.snakemake_processes(d) == []:  # /proc can tell (Linux)
+        assert word == "stale lock" and "snakemake --unlock" in lines[1] and "Interrupted jobs (1)" in lines[3]
 
     r = snakemake("--cores", "1", *args, check=False)
     out = r.stdout + r.stderr

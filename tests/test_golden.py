@@ -87,5 +87,7 @@ def test_portable_training_reproduces_the_committed_bc_checkpoints_bit_for_bit(t
     assert {k: v for k, v in meta.items() if k not in skip} == {k: v for k, v in gmeta.items() if k not in skip}
     for name in G.TRAIN_OUTPUTS[paper]:
         if name.endswith(".csv"):  # the training log: losses and accuracies, without wall times
-            log, glog = (pd.read_csv(f / m / name).drop(columns=["seconds"], errors="ignore") for f in (d, G.CHECKPOINTS))
+            log, glog = (
+                pd.read_csv(f / m / name).drop(columns=["seconds"], errors="ignore") for f in (d, G.CHECKPOINTS)
+            )
             pd.testing.assert_frame_equal(log, glog, check_exact=True)

@@ -119,7 +119,7 @@ def test_no_import_circle_between_packages():
     done, path = set(), []
 
     def visit(n):
-        assert n not in path, f"import circle: {' -> '.join(path[path.index(n):] + [n])}"
+        assert n not in path, f"import circle: {' -> '.join(path[path.index(n) :] + [n])}"
         if n in done:
             return
         path.append(n)
@@ -135,7 +135,9 @@ def test_no_import_circle_between_packages():
 def test_the_workflow_imports_stay_torch_free():
     """The Snakefile imports core.numerics (common.smk) and heroes.grid (heroes_grid.smk)
     to build the DAG: neither may pull in torch."""
-    code = ("import sys; from selfrepair.core import numerics, runtime; from selfrepair.heroes import grid; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from selfrepair.core import numerics, runtime; from selfrepair.heroes import grid; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

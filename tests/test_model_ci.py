@@ -38,8 +38,16 @@ def _loc():
     cmd = {"eap": [0.3, 0.3, 0.3], "gim": [0.2, 0.3, 0.1], "eap-ig": [0.2, 0.2, 0.2]}
     for method in cpr:
         for i, (model, seed) in enumerate(models):
-            rows.append({"task": "a", "model": model, "seed": seed, "method": method,
-                         "cpr": cpr[method][i], "cmd": cmd[method][i]})
+            rows.append(
+                {
+                    "task": "a",
+                    "model": model,
+                    "seed": seed,
+                    "method": method,
+                    "cpr": cpr[method][i],
+                    "cmd": cmd[method][i],
+                }
+            )
     # task b: one model
     for method, c, d in (("eap", 0.4, 0.5), ("gim", 0.3, 0.4), ("eap-ig", 0.5, 0.6)):
         rows.append({"task": "b", "model": "l2", "seed": 0, "method": method, "cpr": c, "cmd": d})
@@ -99,9 +107,12 @@ def test_claims_note_quotes_mean_and_ci():
     buf.seek(0)
     assert circuits.claims_evidence(loc, summary=pd.read_csv(buf))["gim_best_mean_cpr"].reason == note
 
-    four = pd.concat([loc] + [loc[loc.method == "gim"].assign(method=m) for m in ("gim-no-tsg", "gim-no-ln", "gim-no-norm")])
+    four = pd.concat(
+        [loc] + [loc[loc.method == "gim"].assign(method=m) for m in ("gim-no-tsg", "gim-no-ln", "gim-no-norm")]
+    )
     assert circuits.claims_evidence(four)["gim_ablation_each_modification"].reason.endswith(
-        "lowered CPR in 0/12 (task, model, seed, modification) cases")
+        "lowered CPR in 0/12 (task, model, seed, modification) cases"
+    )
 
 
 def _discovery():
@@ -111,8 +122,17 @@ def _discovery():
     rows = []
     for method, aucs in (("atp", atp_auc), ("coax", coax_auc)):
         for (ms, ds), a in aucs.items():
-            rows.append({"model_seed": ms, "data_seed": ds, "method": method, "roc_auc": a, "hits": 2,
-                         "n_backups": 3, "top_k": 20})
+            rows.append(
+                {
+                    "model_seed": ms,
+                    "data_seed": ds,
+                    "method": method,
+                    "roc_auc": a,
+                    "hits": 2,
+                    "n_backups": 3,
+                    "top_k": 20,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -130,8 +150,17 @@ def test_ioi_summary_ci_over_models_by_hand():
     assert a.coax_wins == 5
     assert pd.isna(c.coax_minus_mean)
     # the existing columns keep their order and meaning
-    assert list(s.reset_index().columns[:9]) == ["method", "roc_auc", "roc_auc_sd", "n_runs", "hits", "n_backups",
-                                                 "top_k", "p_wilcoxon_coax_gt", "p_ttest_coax_gt"]
+    assert list(s.reset_index().columns[:9]) == [
+        "method",
+        "roc_auc",
+        "roc_auc_sd",
+        "n_runs",
+        "hits",
+        "n_backups",
+        "top_k",
+        "p_wilcoxon_coax_gt",
+        "p_ttest_coax_gt",
+    ]
     got = coax._claims_from({"ioi_summary": s.reset_index()}, "toy")
     m = got["ioi_auc_atp"]  # a published row with a CI: Measured(value, lo, hi, note)
     assert isinstance(m, Measured) and m.value == pytest.approx(0.7)

@@ -63,7 +63,9 @@ def _python(code, env):
 
 def test_missing_pins_fail_loudly():
     env = numerics.environment("native", base=os.environ)
-    r = _python("import torch; torch.set_num_threads(1); from selfrepair.core import numerics; numerics.check('portable')", env)
+    r = _python(
+        "import torch; torch.set_num_threads(1); from selfrepair.core import numerics; numerics.check('portable')", env
+    )
     assert r.returncode != 0 and "NumericsError" in r.stderr and "ATEN_CPU_CAPABILITY=avx2" in r.stderr
 
 

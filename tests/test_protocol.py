@@ -13,7 +13,14 @@ from selfrepair.heroes import grid, grid_tables, protocol
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
-BASE = {"padding": "per_batch", "init": "transformers", "g_normalization": "sqrt", "site": "hook_z", "n_eval": 1000, "role_boundary": "inclusive"}
+BASE = {
+    "padding": "per_batch",
+    "init": "transformers",
+    "g_normalization": "sqrt",
+    "site": "hook_z",
+    "n_eval": 1000,
+    "role_boundary": "inclusive",
+}
 
 
 def test_cells_flip_one_switch_and_authors_flips_all():
@@ -22,13 +29,24 @@ def test_cells_flip_one_switch_and_authors_flips_all():
     assert p == {**BASE, "padding": "per_example"}
     assert grid.cell_protocol("n_eval", BASE)["n_eval"] == 100
     authors = grid.cell_protocol("authors", BASE)
-    assert authors == {"padding": "per_example", "init": "torch", "g_normalization": "raw", "site": "attn_out_slice", "n_eval": 100, "role_boundary": "strict"}
+    assert authors == {
+        "padding": "per_example",
+        "init": "torch",
+        "g_normalization": "raw",
+        "site": "attn_out_slice",
+        "n_eval": 100,
+        "role_boundary": "strict",
+    }
     # a base that already has the authors' value flips back to v3's
     assert grid.cell_protocol("init", {**BASE, "init": "torch"})["init"] == "transformers"
     assert grid.train_key(authors) == "per_example-torch"
     assert grid.parse_train_key("per_example-torch") == ("per_example", "torch")
     # only padding and init change training: every other cell shares the default models
-    assert {grid.train_key(grid.cell_protocol(c, BASE)) for c in grid.CELLS if not grid.SWITCHES.get(c, grid.Switch("", 0, 0, True)).trains} == {"per_batch-transformers"}
+    assert {
+        grid.train_key(grid.cell_protocol(c, BASE))
+        for c in grid.CELLS
+        if not grid.SWITCHES.get(c, grid.Switch("", 0, 0, True)).trains
+    } == {"per_batch-transformers"}
     with pytest.raises(ValueError, match="unknown protocol cell 'shuffle'"):
         grid.cell_protocol("shuffle", BASE)
     with pytest.raises(ValueError, match="not a training key"):
@@ -37,7 +55,13 @@ def test_cells_flip_one_switch_and_authors_flips_all():
 
 @pytest.mark.parametrize(
     "delta, inclusive, strict",
-    [(-6.0, "hero", "aligned"), (-6.5, "hero", "hero"), (6.0, "bloat", "aligned"), (7.0, "bloat", "bloat"), (5.5, "aligned", "aligned")],
+    [
+        (-6.0, "hero", "aligned"),
+        (-6.5, "hero", "hero"),
+        (6.0, "bloat", "aligned"),
+        (7.0, "bloat", "bloat"),
+        (5.5, "aligned", "aligned"),
+    ],
 )
 def test_role_boundary_at_exactly_the_threshold(delta, inclusive, strict):
     assert protocol.classify(delta, 6, "inclusive") == inclusive
@@ -158,15 +182,35 @@ def test_cell_components_normalizes_g_and_counts_roles():
     assert list(sq["C"]) == pytest.approx([0.5, 0.0])
     assert list(sq["delta"]) == pytest.approx([-1.0, 1.0])
     assert list(sq["role_t1"]) == ["hero", "bloat"]
-    strict = protocol.cell_components(names, g_raw, numel, correct, {**BASE, "n_eval": 2, "role_boundary": "strict", "g_normalization": "raw"}, [1])
+    strict = protocol.cell_components(
+        names, g_raw, numel, correct, {**BASE, "n_eval": 2, "role_boundary": "strict", "g_normalization": "raw"}, [1]
+    )
     assert list(strict["G"]) == pytest.approx(g_raw)
     assert list(strict["role_t1"]) == ["aligned", "aligned"]
 
 
 def test_claims_table_scales_layer_counts_and_marks_status():
     rho = pd.DataFrame({"cell": ["default", "default"], "task": ["reverse", "sort"], "rho_mean": [0.7, 0.6]})
-    layers = pd.DataFrame({"cell": ["default"] * 2, "task": ["sort"] * 2, "threshold": [6, 6], "layer": [1, 3], "hero_per10": [0.0, 16.0], "bloat_per10": [22.0, 0.0]})
-    sup = pd.DataFrame({"cell": ["default"], "task": ["sort"], "group": ["bloat"], "mean_individual": [0.02], "mean_joint": [0.3], "ratio": [15.0]})
+    layers = pd.DataFrame(
+        {
+            "cell": ["default"] * 2,
+            "task": ["sort"] * 2,
+            "threshold": [6, 6],
+            "layer": [1, 3],
+            "hero_per10": [0.0, 16.0],
+            "bloat_per10": [22.0, 0.0],
+        }
+    )
+    sup = pd.DataFrame(
+        {
+            "cell": ["default"],
+            "task": ["sort"],
+            "group": ["bloat"],
+            "mean_individual": [0.02],
+            "mean_joint": [0.3],
+            "ratio": [15.0],
+        }
+    )
     grad = pd.DataFrame({"cell": ["default"] * 2, "task": ["sort"] * 2, "layer": [1, 3], "G_mean": [0.17, 0.05]})
     claims = [
         {"id": "rho_reverse", "claim": "r", "value": 0.72, "tolerance": 0.08},

@@ -64,13 +64,18 @@ def test_snakefmt_is_clean():
 
 
 def test_ruff_is_clean():
-    r = subprocess.run([str(BIN / "ruff"), "check", "src", "scripts", "tests", "benchmarks"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [str(BIN / "ruff"), "check", "src", "scripts", "tests", "benchmarks"], capture_output=True, text=True, cwd=ROOT
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_conda_env_mirrors_the_lock():
-    lock = [line.strip() for line in (ROOT / "requirements.lock").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    lock = [
+        line.strip()
+        for line in (ROOT / "requirements.lock").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     env = yaml.safe_load((ROOT / "envs" / "selfrepair.yaml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert [p for p in pip if not p.startswith("-e")] == lock
@@ -156,7 +161,11 @@ def test_tiny_protocol_grid(tiny_run):
     # ablation loop): it must give the main pipeline's numbers on the same models.
     main = read(d, "components.csv")
     main = main[main["status"] == "kept"].set_index(["task", "seed", "component"]).sort_index()
-    dflt = comps[(comps["cell"] == "default") & (comps["status"] == "kept")].set_index(["task", "seed", "component"]).sort_index()
+    dflt = (
+        comps[(comps["cell"] == "default") & (comps["status"] == "kept")]
+        .set_index(["task", "seed", "component"])
+        .sort_index()
+    )
     assert list(dflt.index) == list(main.index)
     assert list(dflt["G"]) == pytest.approx(list(main["G"]), rel=1e-6)
     assert list(dflt["C"]) == pytest.approx(list(main["C"]), abs=1e-6)
@@ -180,7 +189,14 @@ def test_tiny_protocol_grid(tiny_run):
     assert set(claims["status"]) <= {"reproduced", "differs", "fragile", "not run"}
     paired = pd.read_csv(g / "tables" / "paired.csv")
     assert set(paired["cell"]) == {"site", "authors"} and (paired["n_paired"] <= 2).all()
-    assert set(claims.loc[claims["cell"] != "default", "change"]) <= {"raises", "lowers", "no clear change", "no clear change (one paired seed)", "no paired seeds", "no per-seed value"}
+    assert set(claims.loc[claims["cell"] != "default", "change"]) <= {
+        "raises",
+        "lowers",
+        "no clear change",
+        "no clear change (one paired seed)",
+        "no paired seeds",
+        "no per-seed value",
+    }
 
 
 # Float-rounding tolerances of the fixed-weight scores, from the computation: G is a
@@ -301,7 +317,9 @@ def test_corrupted_checkpoint_fails_clearly_and_loses_nothing(tiny_run, tmp_path
     try:
         weights.write_bytes(saved[:200])
         target = "results/heroes/reverse/seed42/ood.json"  # relative to --directory
-        r = snakemake("--cores", "1", *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", target, check=False)
+        r = snakemake(
+            "--cores", "1", *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", target, check=False
+        )
         assert r.returncode != 0
         log = (d / "logs/heroes/reverse/seed42/ood.log").read_text()
         assert "cannot load the checkpoint" in log and "seed42/model" in log
@@ -320,10 +338,19 @@ def test_cluster_path_submits_polls_and_collects(tiny_run):
     target = "results/heroes/sort/seed123/ood.json"  # heroes_ood is not a localrule
     before = (d / target).read_bytes()
     r = snakemake(
-        "--workflow-profile", str(prof),
-        "--cluster-generic-submit-cmd", str(prof / "submit.sh"),
-        "--cluster-generic-status-cmd", str(prof / "status.sh"),
-        *args, "-R", "heroes_ood", "--allowed-rules", "heroes_ood", "--", target,
+        "--workflow-profile",
+        str(prof),
+        "--cluster-generic-submit-cmd",
+        str(prof / "submit.sh"),
+        "--cluster-generic-status-cmd",
+        str(prof / "status.sh"),
+        *args,
+        "-R",
+        "heroes_ood",
+        "--allowed-rules",
+        "heroes_ood",
+        "--",
+        target,
     )
     out = r.stdout + r.stderr
     assert "Submitted job" in out and "Finished jobid" in out

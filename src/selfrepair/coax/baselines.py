@@ -101,7 +101,9 @@ def eap_ig(bridge, tokens, heads: Sequence[Component], metric: Metric, steps: in
     return out
 
 
-def atp_star_graddrop(bridge, tokens, heads: Sequence[Component], metric: Metric, n_layers: int | None = None) -> dict[str, float]:
+def atp_star_graddrop(
+    bridge, tokens, heads: Sequence[Component], metric: Metric, n_layers: int | None = None
+) -> dict[str, float]:
     """AtP* GradDrop: sum over layers l of |AtP with layer l's gradient dropped| / (L-1)."""
     n_layers = n_layers or bridge.cfg.n_layers
     layers = sorted({h.layer for h in heads})

@@ -31,8 +31,19 @@ def make_attention_only(model) -> None:
             p.requires_grad_(False)
 
 
-def train_model(n_layers, n_heads, d_model, seed, T=20, vocab=64, lr=1e-3, batch_size=32,
-                max_steps=1500, eval_every=250, device="cpu"):
+def train_model(
+    n_layers,
+    n_heads,
+    d_model,
+    seed,
+    T=20,
+    vocab=64,
+    lr=1e-3,
+    batch_size=32,
+    max_steps=1500,
+    eval_every=250,
+    device="cpu",
+):
     """Train an attention-only GPT-2 on repeated sequences; returns (model, TrainResult).
 
     Accuracy for the log is the share of predictable repeated tokens predicted right.
@@ -54,8 +65,9 @@ def train_model(n_layers, n_heads, d_model, seed, T=20, vocab=64, lr=1e-3, batch
         hit = lg[:, :-1].argmax(-1) == val[:, 1:]
         return float(hit[vmask].float().mean())
 
-    res = train(model, batch_fn, eval_fn, lr=lr, max_steps=max_steps, eval_every=eval_every,
-                target_accuracy=None, device=device)
+    res = train(
+        model, batch_fn, eval_fn, lr=lr, max_steps=max_steps, eval_every=eval_every, target_accuracy=None, device=device
+    )
     return model.eval(), res
 
 
@@ -78,8 +90,19 @@ def induction_scores(bridge, tokens: torch.Tensor, lens: torch.Tensor) -> dict[s
     return out
 
 
-def run_induction(bridge, T, vocab: int, n_prompts: int, seed: int, ks=(5, 10, 20), n_primary: int = 4,
-                  n_random: int = 5, protocol: str = "v1", top_r: int = 192, max_rows: int = 2048) -> dict:
+def run_induction(
+    bridge,
+    T,
+    vocab: int,
+    n_prompts: int,
+    seed: int,
+    ks=(5, 10, 20),
+    n_primary: int = 4,
+    n_random: int = 5,
+    protocol: str = "v1",
+    top_r: int = 192,
+    max_rows: int = 2048,
+) -> dict:
     """Detect (data seed), calibrate COAX (seed+1), evaluate (seed+2) on disjoint data.
 
     COAX runs label-free on the calibration sequences (protocol v1: every position but
@@ -99,9 +122,19 @@ def run_induction(bridge, T, vocab: int, n_prompts: int, seed: int, ks=(5, 10, 2
     cands = [h for h in heads if h not in prim]
     sc = coax.scan(bridge, cal, cands, prim, protocol, top_r, max_rows=max_rows)
     t = sc.table.set_index("unit")
-    htab = pd.DataFrame([{"unit": h.name, "induction_score": ind[h.name], "primary": h in prim,
-                          "single": t["single"].get(h.name, np.nan), "cond": t["cond"].get(h.name, np.nan),
-                          "comp": t["comp"].get(h.name, np.nan)} for h in heads])
+    htab = pd.DataFrame(
+        [
+            {
+                "unit": h.name,
+                "induction_score": ind[h.name],
+                "primary": h in prim,
+                "single": t["single"].get(h.name, np.nan),
+                "cond": t["cond"].get(h.name, np.nan),
+                "comp": t["comp"].get(h.name, np.nan),
+            }
+            for h in heads
+        ]
+    )
     ranked = [parse(u) for u in sc.table.sort_values("comp", ascending=False)["unit"]]
     rng = np.random.default_rng(seed)
     rows = []
@@ -116,13 +149,36 @@ def run_induction(bridge, T, vocab: int, n_prompts: int, seed: int, ks=(5, 10, 2
         withs = run_ablated(bridge, ev, [prim + s for s in sets], reduce=metric, max_rows=max_rows)
         d_alone = [base[0] - v for v in alone]
         d_with = [base[1] - v for v in withs]
-        rows.append({"k": k, "k_eff": k_eff, "n_candidates": len(cands), "method": "coax",
-                     "units": " ".join(c.name for c in coax_set), "drop_alone": d_alone[0], "drop_with_primaries": d_with[0]})
-        rows.append({"k": k, "k_eff": k_eff, "n_candidates": len(cands), "method": "random",
-                     "units": "", "drop_alone": float(np.mean(d_alone[1:])), "drop_with_primaries": float(np.mean(d_with[1:]))})
+        rows.append(
+            {
+                "k": k,
+                "k_eff": k_eff,
+                "n_candidates": len(cands),
+                "method": "coax",
+                "units": " ".join(c.name for c in coax_set),
+                "drop_alone": d_alone[0],
+                "drop_with_primaries": d_with[0],
+            }
+        )
+        rows.append(
+            {
+                "k": k,
+                "k_eff": k_eff,
+                "n_candidates": len(cands),
+                "method": "random",
+                "units": "",
+                "drop_alone": float(np.mean(d_alone[1:])),
+                "drop_with_primaries": float(np.mean(d_with[1:])),
+            }
+        )
     sets_t = pd.DataFrame(rows)
-    return {"heads": htab, "sets": sets_t, "clean_logprob": base[0], "primaries_logprob": base[1],
-            "primaries": [p.name for p in prim]}
+    return {
+        "heads": htab,
+        "sets": sets_t,
+        "clean_logprob": base[0],
+        "primaries_logprob": base[1],
+        "primaries": [p.name for p in prim],
+    }
 
 
 def ratio_table(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -132,13 +188,21 @@ def ratio_table(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:
         for k, g in t.groupby("k"):
             c = g[g.method == "coax"].iloc[0]
             r = g[g.method == "random"].iloc[0]
-            rows.append({
-                "model": model, "k": int(k), "k_eff": int(c.k_eff), "n_candidates": int(c.n_candidates),
-                "drop_coax": c.drop_alone, "drop_random": r.drop_alone,
-                "ratio_alone": c.drop_alone / r.drop_alone if r.drop_alone > 0 else float("nan"),
-                "drop_coax_with_primaries": c.drop_with_primaries, "drop_random_with_primaries": r.drop_with_primaries,
-                "ratio_with_primaries": (c.drop_with_primaries / r.drop_with_primaries
-                                         if r.drop_with_primaries > 0 else float("nan")),
-                "degenerate": bool(c.k_eff >= c.n_candidates),
-            })
+            rows.append(
+                {
+                    "model": model,
+                    "k": int(k),
+                    "k_eff": int(c.k_eff),
+                    "n_candidates": int(c.n_candidates),
+                    "drop_coax": c.drop_alone,
+                    "drop_random": r.drop_alone,
+                    "ratio_alone": c.drop_alone / r.drop_alone if r.drop_alone > 0 else float("nan"),
+                    "drop_coax_with_primaries": c.drop_with_primaries,
+                    "drop_random_with_primaries": r.drop_with_primaries,
+                    "ratio_with_primaries": (
+                        c.drop_with_primaries / r.drop_with_primaries if r.drop_with_primaries > 0 else float("nan")
+                    ),
+                    "degenerate": bool(c.k_eff >= c.n_candidates),
+                }
+            )
     return pd.DataFrame(rows)

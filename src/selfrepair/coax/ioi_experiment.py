@@ -110,8 +110,15 @@ def train_toy(
 def ablation_drops(bridge, prompts: IOIPrompts, sets, mode="zero", means=None, max_rows=2048) -> list[float]:
     """Logit-difference drop m(clean) - m(ablated) of each ablation set."""
 
-    vals = run_ablated(bridge, prompts.tokens, [[]] + list(sets), mode, means,
-                       reduce=lambda lg: float(logit_diff(lg.cpu(), prompts)), max_rows=max_rows)
+    vals = run_ablated(
+        bridge,
+        prompts.tokens,
+        [[]] + list(sets),
+        mode,
+        means,
+        reduce=lambda lg: float(logit_diff(lg.cpu(), prompts)),
+        max_rows=max_rows,
+    )
     return [vals[0] - v for v in vals[1:]]
 
 
@@ -134,16 +141,30 @@ def ground_truth(bridge, prompts: IOIPrompts, heads, n_primary: int = 3, backup_
     for (i, j), dj in zip(pairs, joint):
         val = dj - single[i] - single[j]
         inter[(i, j)] = inter[(j, i)] = val
-        rows.append({"u": heads[i].name, "v": heads[j].name, "drop_u": single[i], "drop_v": single[j],
-                     "drop_uv": dj, "interaction": val})
+        rows.append(
+            {
+                "u": heads[i].name,
+                "v": heads[j].name,
+                "drop_u": single[i],
+                "drop_v": single[j],
+                "drop_uv": dj,
+                "interaction": val,
+            }
+        )
     order = sorted(range(len(heads)), key=lambda i: -single[i])
     prim = order[:n_primary]
     thr = backup_frac * max(single[p] for p in prim)
     table = []
     for i, h in enumerate(heads):
         beta = max((inter[(p, i)] for p in prim if p != i), default=float("nan"))
-        table.append({"unit": h.name, "drop": single[i], "backup_score": beta,
-                      "role": "primary" if i in prim else ("backup" if beta > thr else "other")})
+        table.append(
+            {
+                "unit": h.name,
+                "drop": single[i],
+                "backup_score": beta,
+                "role": "primary" if i in prim else ("backup" if beta > thr else "other"),
+            }
+        )
     t = pd.DataFrame(table)
     primaries = [heads[i] for i in prim]
     backups = [heads[i] for i in range(len(heads)) if table[i]["role"] == "backup"]
@@ -187,7 +208,6 @@ def run_ioi(
     wake (wake-up curve), freeze, recovery and knockout, plus the forward-pass count.
     """
 
-
     heads, primaries, backups = list(heads), list(primaries), list(backups)
     cands = [h for h in heads if h not in primaries]
     metric = lambda lg: logit_diff(lg, prompts)  # noqa: E731
@@ -203,8 +223,16 @@ def run_ioi(
         s = fn(table)
         ranked = list(table.assign(s=s).sort_values("s", ascending=False)["unit"])
         hit, share = recall_at_k(ranked, bset, top_k)
-        disc.append({"method": name, "roc_auc": roc_auc(s, table["backup"]), "top_k": top_k,
-                     "hits": hit, "n_backups": len(bset), "n_candidates": len(cands)})
+        disc.append(
+            {
+                "method": name,
+                "roc_auc": roc_auc(s, table["backup"]),
+                "top_k": top_k,
+                "hits": hit,
+                "n_backups": len(bset),
+                "n_candidates": len(cands),
+            }
+        )
     disc = pd.DataFrame(disc)
 
     # wake-up curve: backups vs the other candidates, 0..|S| primaries ablated
@@ -218,31 +246,62 @@ def run_ioi(
     d_fb = _patched_drop(bridge, prompts, primaries, backups, clean_z)
     d_fa = _patched_drop(bridge, prompts, primaries, cands, clean_z)
     repair = d_fa - d_p
-    freeze = pd.DataFrame([{
-        "drop_primaries": d_p, "drop_backups_frozen": d_fb, "drop_all_frozen": d_fa,
-        "repair_total": repair, "repair_removed_share": (d_fb - d_p) / repair if repair != 0 else float("nan"),
-    }])
+    freeze = pd.DataFrame(
+        [
+            {
+                "drop_primaries": d_p,
+                "drop_backups_frozen": d_fb,
+                "drop_all_frozen": d_fa,
+                "repair_total": repair,
+                "repair_removed_share": (d_fb - d_p) / repair if repair != 0 else float("nan"),
+            }
+        ]
+    )
 
     # attribution recovery and knockout
     k = k_recovered if k_recovered is not None else max(1, len(backups))
     rec = [parse_name(u) for u in coax.recovered_set(sc.table, wake, k, wake_min)]
     own = [parse_name(u) for u in table.assign(s=table["single"]).sort_values("s", ascending=False)["unit"].head(k)]
-    sets = {"clean": [], "primaries": primaries, "primaries+coax": primaries + rec,
-            "primaries+ground_truth": primaries + backups, "primaries+own_topk": primaries + own}
+    sets = {
+        "clean": [],
+        "primaries": primaries,
+        "primaries+coax": primaries + rec,
+        "primaries+ground_truth": primaries + backups,
+        "primaries+own_topk": primaries + own,
+    }
 
-    outs = run_ablated(bridge, prompts.tokens, list(sets.values()),
-                       reduce=lambda lg: (float(logit_diff(lg.cpu(), prompts)), accuracy(lg.cpu(), prompts)),
-                       max_rows=max_rows)
+    outs = run_ablated(
+        bridge,
+        prompts.tokens,
+        list(sets.values()),
+        reduce=lambda lg: (float(logit_diff(lg.cpu(), prompts)), accuracy(lg.cpu(), prompts)),
+        max_rows=max_rows,
+    )
     m0 = outs[0][0]
-    ko = pd.DataFrame([{"set": n, "size": len(s), "units": " ".join(c.name for c in s),
-                        "logit_diff": o[0], "drop": m0 - o[0], "accuracy": o[1]}
-                       for (n, s), o in zip(sets.items(), outs)])
-    return {"scores": table, "discovery": disc, "wake": wc, "freeze": freeze, "knockout": ko,
-            "forward_passes": sc.forward_passes, "recovered": [c.name for c in rec]}
+    ko = pd.DataFrame(
+        [
+            {
+                "set": n,
+                "size": len(s),
+                "units": " ".join(c.name for c in s),
+                "logit_diff": o[0],
+                "drop": m0 - o[0],
+                "accuracy": o[1],
+            }
+            for (n, s), o in zip(sets.items(), outs)
+        ]
+    )
+    return {
+        "scores": table,
+        "discovery": disc,
+        "wake": wc,
+        "freeze": freeze,
+        "knockout": ko,
+        "forward_passes": sc.forward_passes,
+        "recovered": [c.name for c in rec],
+    }
 
 
 def parse_name(name):
 
     return parse(name)
-
-

@@ -10,8 +10,19 @@ from selfrepair.core.train import train
 from selfrepair.tasks.lm import BOS, TOKEN, VOCAB, lm_batch, lm_loss, sample
 
 
-def train_model(n_layers, n_heads, d_model, d_mlp, seed, n_ctx=48, lr=1e-3, batch_size=32, max_steps=1500,
-                eval_every=250, device="cpu"):
+def train_model(
+    n_layers,
+    n_heads,
+    d_model,
+    d_mlp,
+    seed,
+    n_ctx=48,
+    lr=1e-3,
+    batch_size=32,
+    max_steps=1500,
+    eval_every=250,
+    device="cpu",
+):
     """Train a GPT-2 LM on the grammar; returns (model, TrainResult); 'accuracy' logs
     the validation perplexity's reciprocal (higher is better)."""
 
@@ -27,6 +38,7 @@ def train_model(n_layers, n_heads, d_model, d_mlp, seed, n_ctx=48, lr=1e-3, batc
             lg = m(input_ids=val.to(next(m.parameters()).device)).logits.cpu()
         return float(torch.exp(-lm_loss(lg, val)))
 
-    res = train(model, batch_fn, eval_fn, lr=lr, max_steps=max_steps, eval_every=eval_every,
-                target_accuracy=None, device=device)
+    res = train(
+        model, batch_fn, eval_fn, lr=lr, max_steps=max_steps, eval_every=eval_every, target_accuracy=None, device=device
+    )
     return model.eval(), res

@@ -71,13 +71,17 @@ def coax_order(bridge, tokens, heads, n_remove: int, protocol="v1", top_r=192, m
     return pruned, passes
 
 
-def orders(bridge, calib, heads, loss_fn, max_sparsity: float, seed: int = 0, protocol="v1", top_r=192,
-           max_rows=2048) -> dict[str, list[Component]]:
+def orders(
+    bridge, calib, heads, loss_fn, max_sparsity: float, seed: int = 0, protocol="v1", top_r=192, max_rows=2048
+) -> dict[str, list[Component]]:
     """Removal order of each method (COAX only up to ``max_sparsity``)."""
     rng = np.random.default_rng(seed)
     out = {"random": [heads[i] for i in rng.permutation(len(heads))]}
-    for name, sc in (("magnitude", magnitude_scores(bridge, heads)), ("wanda", wanda_scores(bridge, calib, heads)),
-                     ("taylor", taylor_scores(bridge, calib, heads, loss_fn))):
+    for name, sc in (
+        ("magnitude", magnitude_scores(bridge, heads)),
+        ("wanda", wanda_scores(bridge, calib, heads)),
+        ("taylor", taylor_scores(bridge, calib, heads, loss_fn)),
+    ):
         out[name] = sorted(heads, key=lambda h: sc[h.name])
     n = int(round(max_sparsity * len(heads)))
     out["coax"], _ = coax_order(bridge, calib, heads, n, protocol, top_r, max_rows)

@@ -16,15 +16,35 @@ from selfrepair.core.models import CorruptCheckpoint, ModelNotFound, load_bridge
 from selfrepair.core.published import Holds
 from selfrepair.tasks import ioi
 
-IOI_CLAIMS = ["ioi_auc_single", "ioi_auc_atp", "ioi_auc_eap_ig", "ioi_auc_atp_star", "ioi_auc_coax", "ioi_top20_hits",
-              "ioi_coax_beats_atp_star", "freeze_repair_removed", "recovery_drop_primaries", "recovery_drop_with_coax",
-              "knockout_clean", "knockout_primaries", "knockout_coax", "knockout_oracle", "knockout_own_topk",
-              "wakeup_ratio_0", "wakeup_ratio_1", "wakeup_ratio_2", "wakeup_ratio_3", "wakeup_random_flat"]
+IOI_CLAIMS = [
+    "ioi_auc_single",
+    "ioi_auc_atp",
+    "ioi_auc_eap_ig",
+    "ioi_auc_atp_star",
+    "ioi_auc_coax",
+    "ioi_top20_hits",
+    "ioi_coax_beats_atp_star",
+    "freeze_repair_removed",
+    "recovery_drop_primaries",
+    "recovery_drop_with_coax",
+    "knockout_clean",
+    "knockout_primaries",
+    "knockout_coax",
+    "knockout_oracle",
+    "knockout_own_topk",
+    "wakeup_ratio_0",
+    "wakeup_ratio_1",
+    "wakeup_ratio_2",
+    "wakeup_ratio_3",
+    "wakeup_random_flat",
+]
 WAKEUP_CLAIMS = ["wakeup_scales"]
 INDUCTION_CLAIMS = ["induction_ratio_range"]
 PRUNING_CLAIMS = ["pruning_beats_baselines", "pruning_coax_ppl_50", "pruning_taylor_ppl_50"]
-PRUNING_NOT_RUN = ("WikiText-2 and GPT-2 pruning need data and weights that are not on this machine (no downloads); "
-                   "the toy grammar LM stands in")
+PRUNING_NOT_RUN = (
+    "WikiText-2 and GPT-2 pruning need data and weights that are not on this machine (no downloads); "
+    "the toy grammar LM stands in"
+)
 
 
 def _ioi_heads_for(bridge, prompts, heads, n_primary=3, backup_frac=0.2, max_rows=2048):
@@ -39,8 +59,9 @@ def _ioi_heads_for(bridge, prompts, heads, n_primary=3, backup_frac=0.2, max_row
     return p, b, "brute force"
 
 
-def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top_r: int, out_dir, device="cpu",
-                    max_rows: int = 2048) -> pd.DataFrame:
+def run_real_models(
+    real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top_r: int, out_dir, device="cpu", max_rows: int = 2048
+) -> pd.DataFrame:
     """Paper B's rules on the papers' own models, each loaded offline if present.
 
     Writes tables under ``out_dir`` (same formats as the toy tables) and returns the
@@ -66,8 +87,15 @@ def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top
     name = real["ioi_model"]
     b = boot(name)
     if isinstance(b, Exception):
-        rows.append({"model": name, "experiment": "ioi", "status": "not run",
-                     "reason": f"not run: {b}", "claims": " ".join(IOI_CLAIMS)})
+        rows.append(
+            {
+                "model": name,
+                "experiment": "ioi",
+                "status": "not run",
+                "reason": f"not run: {b}",
+                "claims": " ".join(IOI_CLAIMS),
+            }
+        )
     else:
         heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
         parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
@@ -76,8 +104,20 @@ def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top
         prim, back, how = _ioi_heads_for(b, truth_prompts, heads, ioi_cfg["n_primary"], ioi_cfg["backup_frac"], mr)
         for ds in real["data_seeds"]:
             pr = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], ds).to(device)
-            res = ioi_experiment.run_ioi(b, pr, heads, prim, back, protocol, top_r, ioi_cfg["top_k"], ioi_cfg["k_recovered"] or len(back),
-                              ioi_cfg["wake_min"], ioi_cfg["ig_steps"], mr)
+            res = ioi_experiment.run_ioi(
+                b,
+                pr,
+                heads,
+                prim,
+                back,
+                protocol,
+                top_r,
+                ioi_cfg["top_k"],
+                ioi_cfg["k_recovered"] or len(back),
+                ioi_cfg["wake_min"],
+                ioi_cfg["ig_steps"],
+                mr,
+            )
             for k in parts:
                 t = res[k].copy()
                 t.insert(0, "data_seed", ds)
@@ -87,8 +127,15 @@ def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top
         ioi_summary(cat["discovery"]).to_csv(out_dir / "ioi_summary.csv", index=False)
         for k, t in cat.items():
             t.to_csv(out_dir / f"ioi_{k}.csv", index=False)
-        rows.append({"model": name, "experiment": "ioi", "status": "ran",
-                     "reason": f"heads: {how}; primaries {' '.join(h.name for h in prim)}", "claims": " ".join(IOI_CLAIMS)})
+        rows.append(
+            {
+                "model": name,
+                "experiment": "ioi",
+                "status": "ran",
+                "reason": f"heads: {how}; primaries {' '.join(h.name for h in prim)}",
+                "claims": " ".join(IOI_CLAIMS),
+            }
+        )
 
     # wake-up across model sizes
     wake_rows, missing = [], []
@@ -109,15 +156,23 @@ def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top
         rng = np.random.default_rng(0)
         rand = [cands[i] for i in rng.choice(len(cands), min(8, len(cands)), replace=False)]
         watch = [h for h in cands if h.name in watch_names]
-        wc = wake_up_curve(b, pr.tokens, prim, watch + [h for h in rand if h not in watch], positions=[pr.tokens.shape[1] - 1])
+        wc = wake_up_curve(
+            b, pr.tokens, prim, watch + [h for h in rand if h not in watch], positions=[pr.tokens.shape[1] - 1]
+        )
         wc["group"] = wc["unit"].map(lambda u: "coax_top8" if u in watch_names else "random")
         wc.insert(0, "model", name)
         wake_rows.append(wc)
     if wake_rows:
         pd.concat(wake_rows, ignore_index=True).to_csv(out_dir / "wakeup_models.csv", index=False)
-    rows.append({"model": " ".join(real["wakeup_models"]), "experiment": "wakeup",
-                 "status": "ran" if not missing else "not run",
-                 "reason": "" if not missing else "not run: " + "; ".join(missing), "claims": " ".join(WAKEUP_CLAIMS)})
+    rows.append(
+        {
+            "model": " ".join(real["wakeup_models"]),
+            "experiment": "wakeup",
+            "status": "ran" if not missing else "not run",
+            "reason": "" if not missing else "not run: " + "; ".join(missing),
+            "claims": " ".join(WAKEUP_CLAIMS),
+        }
+    )
 
     # induction on the papers' models
     ind_tabs, missing = {}, []
@@ -128,25 +183,53 @@ def run_real_models(real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top
             missing.append(f"{name}: {b}")
             continue
         vocab = min(int(b.cfg.d_vocab), 20_000)
-        res = induction_experiment.run_induction(b, (T, T + 2), vocab, ind_cfg["n_prompts"], ind_cfg["data_seed"], ind_cfg["ks"],
-                                      ind_cfg["n_primary"], ind_cfg["n_random"], ind_cfg["protocol"], top_r,
-                                      fit_rows(b, 2 * T + 5))
+        res = induction_experiment.run_induction(
+            b,
+            (T, T + 2),
+            vocab,
+            ind_cfg["n_prompts"],
+            ind_cfg["data_seed"],
+            ind_cfg["ks"],
+            ind_cfg["n_primary"],
+            ind_cfg["n_random"],
+            ind_cfg["protocol"],
+            top_r,
+            fit_rows(b, 2 * T + 5),
+        )
         ind_tabs[name] = res["sets"]
     if ind_tabs:
         induction_experiment.ratio_table(ind_tabs).to_csv(out_dir / "induction.csv", index=False)
-    rows.append({"model": " ".join(real["induction_models"]), "experiment": "induction",
-                 "status": "ran" if not missing else "not run",
-                 "reason": "" if not missing else "not run: " + "; ".join(missing), "claims": " ".join(INDUCTION_CLAIMS)})
-    rows.append({"model": "gpt2 ... 7B", "experiment": "pruning", "status": "not run", "reason": f"not run: {PRUNING_NOT_RUN}",
-                 "claims": " ".join(PRUNING_CLAIMS)})
+    rows.append(
+        {
+            "model": " ".join(real["induction_models"]),
+            "experiment": "induction",
+            "status": "ran" if not missing else "not run",
+            "reason": "" if not missing else "not run: " + "; ".join(missing),
+            "claims": " ".join(INDUCTION_CLAIMS),
+        }
+    )
+    rows.append(
+        {
+            "model": "gpt2 ... 7B",
+            "experiment": "pruning",
+            "status": "not run",
+            "reason": f"not run: {PRUNING_NOT_RUN}",
+            "claims": " ".join(PRUNING_CLAIMS),
+        }
+    )
     return pd.DataFrame(rows)
 
 
 def real_tables(folder) -> dict:
     """The tables :func:`run_real_models` wrote (the ones present)."""
     folder = Path(folder)
-    names = {"ioi_summary": "ioi_summary.csv", "ioi_wake": "ioi_wake.csv", "ioi_freeze": "ioi_freeze.csv",
-             "ioi_knockout": "ioi_knockout.csv", "induction": "induction.csv"}
+    names = {
+        "ioi_summary": "ioi_summary.csv",
+        "ioi_wake": "ioi_wake.csv",
+        "ioi_freeze": "ioi_freeze.csv",
+        "ioi_knockout": "ioi_knockout.csv",
+        "induction": "induction.csv",
+    }
     return {k: pd.read_csv(folder / f) for k, f in names.items() if (folder / f).exists()}
 
 

@@ -173,7 +173,9 @@ def scan(
     return ScanResult(table, passes, [s.name for s in seed])
 
 
-def single_energies(bridge, tokens, units, protocol="v1", top_r=192, mode="zero", means=None, positions=None, max_rows=2048):
+def single_energies(
+    bridge, tokens, units, protocol="v1", top_r=192, mode="zero", means=None, positions=None, max_rows=2048
+):
     """The single-ablation energy baseline: E(z0 - z_u) per unit."""
     return scan(bridge, tokens, units, (), protocol, top_r, mode, means, positions, max_rows).table[["unit", "single"]]
 
@@ -210,7 +212,13 @@ def pairwise_synergy(
 # Wake-up
 # ----------------------------------------------------------------------------------
 def head_output_norms(
-    bridge, tokens, heads: Sequence[Component], ablate: Sequence[Component] = (), positions=None, mode="zero", means=None
+    bridge,
+    tokens,
+    heads: Sequence[Component],
+    ablate: Sequence[Component] = (),
+    positions=None,
+    mode="zero",
+    means=None,
 ) -> dict[str, float]:
     """Mean norm of each head's residual write ||z_h W_O[h]|| with ``ablate`` zeroed.
 
@@ -247,7 +255,9 @@ def head_output_norms(
     return out
 
 
-def wake_up_ratios(bridge, tokens, heads, ablate, positions=None, mode="zero", means=None, clean=None) -> dict[str, float]:
+def wake_up_ratios(
+    bridge, tokens, heads, ablate, positions=None, mode="zero", means=None, clean=None
+) -> dict[str, float]:
     """Output-norm ratio (with ``ablate`` zeroed) / (clean) of each head."""
     clean = clean or head_output_norms(bridge, tokens, heads, (), positions, mode, means)
     ab = head_output_norms(bridge, tokens, heads, ablate, positions, mode, means)
@@ -275,7 +285,9 @@ def recovered_set(table: pd.DataFrame, wake: dict[str, float], k: int, min_ratio
 # ----------------------------------------------------------------------------------
 # Synthetic benchmark (no model)
 # ----------------------------------------------------------------------------------
-def synthetic_trial(rng: np.random.Generator, r: int = 192, n_primary: int = 4, n_backup: int = 100, n_inert: int = 100) -> dict:
+def synthetic_trial(
+    rng: np.random.Generator, r: int = 192, n_primary: int = 4, n_backup: int = 100, n_inert: int = 100
+) -> dict:
     """One trial of SPEC's synthetic benchmark; returns scores and labels.
 
     Answer direction e; primaries w = normalize(0.7 e + 0.714 perp); backups
@@ -351,9 +363,15 @@ def ioi_summary(discovery: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     per_model = piv.groupby(level="model_seed").mean()
     for m, g in discovery.groupby("method", sort=False):
         ci = t_interval(per_model[m] if m in per_model else [], level)
-        row = {"method": m, "roc_auc": g["roc_auc"].mean(), "roc_auc_sd": g["roc_auc"].std(ddof=1),
-               "n_runs": len(g), "hits": g["hits"].mean(), "n_backups": g["n_backups"].mean(),
-               "top_k": int(g["top_k"].iloc[0])}
+        row = {
+            "method": m,
+            "roc_auc": g["roc_auc"].mean(),
+            "roc_auc_sd": g["roc_auc"].std(ddof=1),
+            "n_runs": len(g),
+            "hits": g["hits"].mean(),
+            "n_backups": g["n_backups"].mean(),
+            "top_k": int(g["top_k"].iloc[0]),
+        }
         if m != "coax" and "coax" in piv:
             t = paired_test(piv["coax"].to_numpy(), piv[m].to_numpy())
             row.update(p_wilcoxon_coax_gt=t["p_wilcoxon"], p_ttest_coax_gt=t["p_ttest"])
@@ -361,8 +379,12 @@ def ioi_summary(discovery: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
         if m != "coax" and "coax" in piv and m in piv:
             d = (piv["coax"] - piv[m]).groupby(level="model_seed").mean()
             dci = t_interval(d, level)
-            row.update(coax_minus_mean=dci["mean"], coax_minus_ci_lo=dci["lo"], coax_minus_ci_hi=dci["hi"],
-                       coax_wins=int((piv["coax"] > piv[m]).sum()))
+            row.update(
+                coax_minus_mean=dci["mean"],
+                coax_minus_ci_lo=dci["lo"],
+                coax_minus_ci_hi=dci["hi"],
+                coax_wins=int((piv["coax"] > piv[m]).sum()),
+            )
         rows.append(row)
     out = pd.DataFrame(rows)
     return out.astype({"coax_wins": "Int64"}) if "coax_wins" in out else out
@@ -371,6 +393,7 @@ def ioi_summary(discovery: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
 def _ci_note(r: pd.Series, method: str, auc: bool = True) -> str:
     """'; 95% t-CI over 3 models [lo, hi]; COAX - atp = d [lo, hi], COAX higher in k/n runs'
     from a row of ``ioi_summary`` (empty parts where the columns or the interval are missing)."""
+
     def has(k):
         return k in r and pd.notna(r[k])
 
@@ -400,18 +423,25 @@ def _claims_from(tables: dict, label: str) -> dict:
                 r = s.loc[mth]
                 note = f"{label}; mean of {int(r['n_runs'])} runs" + _ci_note(r, mth)
                 if "roc_auc_ci_lo" in r and pd.notna(r["roc_auc_ci_lo"]) and pd.notna(r["roc_auc_ci_hi"]):
-                    out[f"ioi_auc_{mth}"] = Measured(float(r["roc_auc"]), float(r["roc_auc_ci_lo"]),
-                                                     float(r["roc_auc_ci_hi"]), note)
+                    out[f"ioi_auc_{mth}"] = Measured(
+                        float(r["roc_auc"]), float(r["roc_auc_ci_lo"]), float(r["roc_auc_ci_hi"]), note
+                    )
                 else:
                     out[f"ioi_auc_{mth}"] = (r["roc_auc"], note)
         if "coax" in s.index:
-            out["ioi_top20_hits"] = (s.loc["coax", "hits"], f"{label}; mean hits of {s.loc['coax', 'n_backups']:.1f} "
-                                     f"backups in the top {int(s.loc['coax', 'top_k'])}")
+            out["ioi_top20_hits"] = (
+                s.loc["coax", "hits"],
+                f"{label}; mean hits of {s.loc['coax', 'n_backups']:.1f} "
+                f"backups in the top {int(s.loc['coax', 'top_k'])}",
+            )
         if "atp_star" in s.index and "p_wilcoxon_coax_gt" in s.columns:
             p = s.loc["atp_star", "p_wilcoxon_coax_gt"]
-            out["ioi_coax_beats_atp_star"] = Holds(bool(p < 0.05), f"{label}; one-sided Wilcoxon p = {p:.3g}, "
-                                                   f"paired t p = {s.loc['atp_star', 'p_ttest_coax_gt']:.3g}"
-                                                   + _ci_note(s.loc["atp_star"], "atp_star", auc=False))
+            out["ioi_coax_beats_atp_star"] = Holds(
+                bool(p < 0.05),
+                f"{label}; one-sided Wilcoxon p = {p:.3g}, "
+                f"paired t p = {s.loc['atp_star', 'p_ttest_coax_gt']:.3g}"
+                + _ci_note(s.loc["atp_star"], "atp_star", auc=False),
+            )
     w = tables.get("ioi_wake")
     if w is not None and len(w):
         g = w[w.group == "backup"].groupby("n_ablated")["ratio"].mean()
@@ -419,8 +449,9 @@ def _claims_from(tables: dict, label: str) -> dict:
             if k <= 3:
                 out[f"wakeup_ratio_{int(k)}"] = (v, label)
         r = w[w.group == "other"].groupby("n_ablated")["ratio"].mean()
-        out["wakeup_random_flat"] = Holds(bool((r - 1).abs().max() < 0.02),
-                                          f"{label}; non-backup ratios {', '.join(f'{x:.3f}' for x in r)}")
+        out["wakeup_random_flat"] = Holds(
+            bool((r - 1).abs().max() < 0.02), f"{label}; non-backup ratios {', '.join(f'{x:.3f}' for x in r)}"
+        )
     f = tables.get("ioi_freeze")
     if f is not None and len(f):
         out["freeze_repair_removed"] = (f["repair_removed_share"].mean(), label)
@@ -437,17 +468,21 @@ def _claims_from(tables: dict, label: str) -> dict:
     ind = tables.get("induction")
     if ind is not None and len(ind):
         r = ind["ratio_alone"]
-        out["induction_ratio_range"] = Holds(bool(r.min() > 1.0), f"{label} ({ind.model.nunique()} models): COAX/random "
-                                             f"drop ratio {r.min():.2f}x to {r.max():.2f}x over k")
+        out["induction_ratio_range"] = Holds(
+            bool(r.min() > 1.0),
+            f"{label} ({ind.model.nunique()} models): COAX/random drop ratio {r.min():.2f}x to {r.max():.2f}x over k",
+        )
     pr = tables.get("pruning")
     if pr is not None and len(pr):
         head = pr[pr.is_headline]
         if len(head):
             ppl = head.set_index("method")["perplexity"]
             best = min(ppl[m] for m in ("random", "magnitude", "wanda", "taylor") if m in ppl)
-            out["pruning_beats_baselines"] = Holds(bool(ppl.get("coax", np.inf) < best),
-                                                   f"{label} at {head.sparsity.iloc[0]:.0%} head sparsity: "
-                                                   + ", ".join(f"{m} {v:.2f}" for m, v in ppl.items()))
+            out["pruning_beats_baselines"] = Holds(
+                bool(ppl.get("coax", np.inf) < best),
+                f"{label} at {head.sparsity.iloc[0]:.0%} head sparsity: "
+                + ", ".join(f"{m} {v:.2f}" for m, v in ppl.items()),
+            )
             out["pruning_coax_ppl_50"] = (ppl.get("coax", np.nan), label)
             out["pruning_taylor_ppl_50"] = (ppl.get("taylor", np.nan), label)
     return out
@@ -485,8 +520,9 @@ def measured_claims(synthetic: pd.DataFrame | None, toy: dict, real: dict, not_r
         out["synthetic_coax_auc"] = (m["coax"], n)
         out["synthetic_coax_auc_printed"] = (m["coax"], n + "; the paper's text prints 0.90")
         lo, hi = sorted([m["clean_energy"], m["clean_answer"]])
-        out["synthetic_clean_range"] = Holds(bool(hi < 0.55 and m["coax"] > 0.85),
-                                             f"clean-state AUC {lo:.2f}-{hi:.2f}, COAX {m['coax']:.2f}")
+        out["synthetic_clean_range"] = Holds(
+            bool(hi < 0.55 and m["coax"] > 0.85), f"clean-state AUC {lo:.2f}-{hi:.2f}, COAX {m['coax']:.2f}"
+        )
     got_real = _claims_from(real, "the paper's model") if real else {}
     got_toy = _claims_from(toy, "toy model trained here") if toy else {}
     out.update(got_real)

@@ -26,7 +26,9 @@ def role(delta: float, threshold: float) -> str:
     return "aligned"
 
 
-def roles_table(names: Sequence[str], g: Sequence[float], c: Sequence[float], thresholds: Sequence[float]) -> pd.DataFrame:
+def roles_table(
+    names: Sequence[str], g: Sequence[float], c: Sequence[float], thresholds: Sequence[float]
+) -> pd.DataFrame:
     """One row per component: G, C, their ranks, Delta and the role at each threshold."""
     g = np.asarray(g, float)
     c = np.asarray(c, float)
@@ -56,7 +58,9 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float, int]:
     return float(v.mean()), sd, len(v)
 
 
-def bootstrap_ci(values: Sequence[float], n_boot: int = 10000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float], n_boot: int = 10000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of the mean."""
     v = np.asarray([x for x in values if not math.isnan(x)], float)
     if len(v) < 2:

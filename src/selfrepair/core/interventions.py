@@ -18,7 +18,9 @@ from selfrepair.core.components import Component
 MODES = ("zero", "mean")
 
 
-def component_means(bridge, batches: Iterable[torch.Tensor], components: Sequence[Component]) -> dict[str, torch.Tensor]:
+def component_means(
+    bridge, batches: Iterable[torch.Tensor], components: Sequence[Component]
+) -> dict[str, torch.Tensor]:
     """Mean output of each hook over all batches, examples and positions.
 
     Returns {hook name: mean}, [H, D] for ``hook_z`` and [d_model] for an MLP output.

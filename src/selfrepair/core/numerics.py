@@ -178,7 +178,9 @@ def check(mode: str) -> None:
             "torch was imported before the pins were set"
         )
     if torch.get_num_threads() != PORTABLE_THREADS:
-        raise NumericsError(f"numerics: portable mode runs {PORTABLE_THREADS} thread, torch has {torch.get_num_threads()}")
+        raise NumericsError(
+            f"numerics: portable mode runs {PORTABLE_THREADS} thread, torch has {torch.get_num_threads()}"
+        )
 
 
 def record(mode: str, device: str = "cpu") -> dict:

@@ -33,7 +33,19 @@ import pandas as pd
 import yaml
 
 STATUSES = ("reproduced", "differs", "fragile", "not run")
-COLUMNS = ["paper", "id", "claim", "published", "reproduced", "ci_low", "ci_high", "tolerance", "status", "note", "source"]
+COLUMNS = [
+    "paper",
+    "id",
+    "claim",
+    "published",
+    "reproduced",
+    "ci_low",
+    "ci_high",
+    "tolerance",
+    "status",
+    "note",
+    "source",
+]
 
 
 @dataclass
@@ -81,7 +93,9 @@ def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def status_of(published: float, reproduced: float, tolerance: float, lo: float | None = None, hi: float | None = None) -> str:
+def status_of(
+    published: float, reproduced: float, tolerance: float, lo: float | None = None, hi: float | None = None
+) -> str:
     """'reproduced' / 'differs' from the value, or, with a CI [lo, hi], from the CI:
     inside the band |x - published| <= tolerance, outside it, or 'fragile' (both)."""
     if _nan(reproduced):
@@ -132,7 +146,7 @@ def compare(paper: str, claims: list[dict], measured: dict) -> pd.DataFrame:
                 note=m.note,
             )
         else:
-            value, note = (m if isinstance(m, tuple) else (m, ""))
+            value, note = m if isinstance(m, tuple) else (m, "")
             value = float(value)
             row.update(
                 reproduced=round(value, 4),
@@ -151,7 +165,9 @@ def summary_report(table: pd.DataFrame, strict: bool = False) -> str:
     fragile = table[table["status"] == "fragile"]
     if len(fragile):
         cols = [c for c in ("paper", "id", "published", "tolerance", "reproduced", "ci_low", "ci_high") if c in table]
-        lines.append(f"{len(fragile)} fragile (the verdict changes within the CI; not a failure):\n{fragile[cols].to_string(index=False)}")
+        lines.append(
+            f"{len(fragile)} fragile (the verdict changes within the CI; not a failure):\n{fragile[cols].to_string(index=False)}"
+        )
     text = "\n".join(lines)
     if strict and (table["status"] == "differs").any():
         bad = table[table["status"] == "differs"][["paper", "id", "published", "reproduced"]]

@@ -52,8 +52,13 @@ def t_interval(values, level: float = 0.95) -> dict:
     v = np.asarray(values, float)
     v = v[~np.isnan(v)]
     n = len(v)
-    out = {"mean": float(v.mean()) if n else float("nan"), "lo": float("nan"), "hi": float("nan"),
-           "sd": float(v.std(ddof=1)) if n > 1 else float("nan"), "n": n}
+    out = {
+        "mean": float(v.mean()) if n else float("nan"),
+        "lo": float("nan"),
+        "hi": float("nan"),
+        "sd": float(v.std(ddof=1)) if n > 1 else float("nan"),
+        "n": n,
+    }
     if n > 1:
         half = float(stats.t.ppf((1 + level) / 2, n - 1)) * out["sd"] / np.sqrt(n)
         out.update(lo=out["mean"] - half, hi=out["mean"] + half)

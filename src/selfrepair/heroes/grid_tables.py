@@ -40,7 +40,11 @@ GRID_CLAIMS = (
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
     cat = pd.Categorical(df["cell"], categories=[c for c in CELLS if c in set(df["cell"])], ordered=True)
-    return df.assign(cell=cat).sort_values(["cell", "task"] + (["seed"] if "seed" in df else []), kind="stable").assign(cell=lambda d: d["cell"].astype(str))
+    return (
+        df.assign(cell=cat)
+        .sort_values(["cell", "task"] + (["seed"] if "seed" in df else []), kind="stable")
+        .assign(cell=lambda d: d["cell"].astype(str))
+    )
 
 
 def superadditivity(individual: Sequence[float], joint: Sequence[float], n_boot: int = 10000, seed: int = 0) -> dict:
@@ -51,7 +55,14 @@ def superadditivity(individual: Sequence[float], joint: Sequence[float], n_boot:
     jnt = np.asarray(joint, float)
     ok = ~(np.isnan(ind) | np.isnan(jnt))
     ind, jnt = ind[ok], jnt[ok]
-    out = {"n_seeds": int(len(ind)), "mean_individual": float("nan"), "mean_joint": float("nan"), "ratio": float("nan"), "ci_lo": float("nan"), "ci_hi": float("nan")}
+    out = {
+        "n_seeds": int(len(ind)),
+        "mean_individual": float("nan"),
+        "mean_joint": float("nan"),
+        "ratio": float("nan"),
+        "ci_lo": float("nan"),
+        "ci_hi": float("nan"),
+    }
     if len(ind) == 0:
         return out
     out["mean_individual"] = float(ind.mean())
@@ -82,7 +93,12 @@ def seeds_table(components: pd.DataFrame, joint: pd.DataFrame, threshold: float)
         first = s.iloc[0]
         row = {"cell": cell, "task": task, "seed": int(seed), "status": first["status"]}
         if first["status"] == "kept":
-            row.update(N=int(first["N"]), n_eval=int(first["n_eval"]), baseline_acc=float(first["baseline_acc"]), rho=float(first["rho"]))
+            row.update(
+                N=int(first["N"]),
+                n_eval=int(first["n_eval"]),
+                baseline_acc=float(first["baseline_acc"]),
+                rho=float(first["rho"]),
+            )
             row["heroes"] = int((s[col] == "hero").sum())
             row["bloats"] = int((s[col] == "bloat").sum())
             j = joint[(joint["cell"] == cell) & (joint["task"] == task) & (joint["seed"] == seed)].set_index("group")
@@ -103,7 +119,19 @@ def rho_table(seeds: pd.DataFrame, protocols: dict, n_boot: int = 10000) -> pd.D
         k = s[s["status"] == "kept"]
         mean, sd, n = analysis.mean_sd(k["rho"].astype(float).tolist())
         lo, hi = analysis.bootstrap_ci(k["rho"].astype(float).tolist(), n_boot=n_boot)
-        rows.append({"cell": cell, "task": task, "seeds": len(s), "kept": n, "rho_mean": mean, "rho_sd": sd, "ci_lo": lo, "ci_hi": hi, "protocol": protocols.get(cell, "")})
+        rows.append(
+            {
+                "cell": cell,
+                "task": task,
+                "seeds": len(s),
+                "kept": n,
+                "rho_mean": mean,
+                "rho_sd": sd,
+                "ci_lo": lo,
+                "ci_hi": hi,
+                "protocol": protocols.get(cell, ""),
+            }
+        )
     return _order(pd.DataFrame(rows))
 
 
@@ -117,7 +145,19 @@ def roles_by_layer(components: pd.DataFrame, thresholds) -> pd.DataFrame:
         for (cell, task, layer), s in k.groupby(["cell", "task", "layer"], sort=False):
             n_seeds = s["seed"].nunique()
             h, b = int((s[col] == "hero").sum()), int((s[col] == "bloat").sum())
-            rows.append({"cell": cell, "task": task, "threshold": t, "layer": int(layer), "kept": n_seeds, "hero": h, "bloat": b, "hero_per10": 10 * h / n_seeds, "bloat_per10": 10 * b / n_seeds})
+            rows.append(
+                {
+                    "cell": cell,
+                    "task": task,
+                    "threshold": t,
+                    "layer": int(layer),
+                    "kept": n_seeds,
+                    "hero": h,
+                    "bloat": b,
+                    "hero_per10": 10 * h / n_seeds,
+                    "bloat_per10": 10 * b / n_seeds,
+                }
+            )
     return _order(pd.DataFrame(rows))
 
 
@@ -129,9 +169,27 @@ def superadditivity_table(joint: pd.DataFrame, n_boot: int = 10000) -> pd.DataFr
     j = joint[joint["n"] > 0]
     for (cell, task, group), s in j.groupby(["cell", "task", "group"], sort=False):
         out = superadditivity(s["mean_individual"].astype(float), s["joint"].astype(float), n_boot=n_boot)
-        out.update(cell=cell, task=task, group=group, members_mean=float(s["n"].mean()), superadditive_seeds=int((s["joint"] > s["sum_individual"]).sum()))
+        out.update(
+            cell=cell,
+            task=task,
+            group=group,
+            members_mean=float(s["n"].mean()),
+            superadditive_seeds=int((s["joint"] > s["sum_individual"]).sum()),
+        )
         rows.append(out)
-    cols = ["cell", "task", "group", "n_seeds", "members_mean", "mean_individual", "mean_joint", "ratio", "ci_lo", "ci_hi", "superadditive_seeds"]
+    cols = [
+        "cell",
+        "task",
+        "group",
+        "n_seeds",
+        "members_mean",
+        "mean_individual",
+        "mean_joint",
+        "ratio",
+        "ci_lo",
+        "ci_hi",
+        "superadditive_seeds",
+    ]
     return _order(pd.DataFrame(rows, columns=cols))
 
 
@@ -141,7 +199,11 @@ def noise_table(sweep: pd.DataFrame) -> pd.DataFrame:
     (the measurement noise of rho at that n), the fraction of component pairs whose C
     difference is within noise, and the components whose C is within noise of zero."""
     per_seed = sweep.groupby(["task", "seed", "n"], sort=False).agg(
-        chunks=("rho", "size"), rho=("rho", "mean"), rho_sd_chunks=("rho", "std"), pairs_within_noise=("pairs_within_noise", "mean"), C_within_noise_of_zero=("C_within_noise_of_zero", "mean")
+        chunks=("rho", "size"),
+        rho=("rho", "mean"),
+        rho_sd_chunks=("rho", "std"),
+        pairs_within_noise=("pairs_within_noise", "mean"),
+        C_within_noise_of_zero=("C_within_noise_of_zero", "mean"),
     )
     per_seed = per_seed.reset_index()
     out = per_seed.groupby(["task", "n"], sort=False).agg(
@@ -158,7 +220,9 @@ def noise_table(sweep: pd.DataFrame) -> pd.DataFrame:
 
 def gradient_by_layer(components: pd.DataFrame) -> pd.DataFrame:
     k = kept(components)
-    return _order(k.groupby(["cell", "task", "layer"], sort=False).agg(G_mean=("G", "mean"), C_mean=("C", "mean")).reset_index())
+    return _order(
+        k.groupby(["cell", "task", "layer"], sort=False).agg(G_mean=("G", "mean"), C_mean=("C", "mean")).reset_index()
+    )
 
 
 # claim id -> (task, per-seed quantity of seed_values, scale onto the claim's units);
@@ -174,7 +238,16 @@ CLAIM_PAIRED = {
     "sort_grad_layer1": ("sort", "G_layer1", 1.0),
     "sort_grad_layer3": ("sort", "G_layer3", 1.0),
 }
-SEED_QUANTITIES = ("rho", "heroes", "bloats", "baseline_acc", "bloat_mean_individual", "bloat_joint", "hero_mean_individual", "hero_joint")
+SEED_QUANTITIES = (
+    "rho",
+    "heroes",
+    "bloats",
+    "baseline_acc",
+    "bloat_mean_individual",
+    "bloat_joint",
+    "hero_mean_individual",
+    "hero_joint",
+)
 
 
 def seed_values(seeds: pd.DataFrame, components: pd.DataFrame, threshold: float) -> pd.DataFrame:
@@ -199,7 +272,21 @@ def seed_values(seeds: pd.DataFrame, components: pd.DataFrame, threshold: float)
     return out.merge(pd.DataFrame(rows), on=["cell", "task", "seed"], how="left").reset_index(drop=True)
 
 
-PAIRED_COLUMNS = ["cell", "task", "quantity", "n_paired", "seeds", "default_mean", "cell_mean", "mean_diff", "sd_diff", "ci_lo", "ci_hi", "decided", "change"]
+PAIRED_COLUMNS = [
+    "cell",
+    "task",
+    "quantity",
+    "n_paired",
+    "seeds",
+    "default_mean",
+    "cell_mean",
+    "mean_diff",
+    "sd_diff",
+    "ci_lo",
+    "ci_hi",
+    "decided",
+    "change",
+]
 
 
 def paired_table(values: pd.DataFrame, n_boot: int = 10000, seed: int = 0) -> pd.DataFrame:
@@ -230,7 +317,15 @@ def paired_table(values: pd.DataFrame, n_boot: int = 10000, seed: int = 0) -> pd
     return _order(pd.DataFrame(rows, columns=PAIRED_COLUMNS)) if rows else pd.DataFrame(columns=PAIRED_COLUMNS)
 
 
-def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame, grad: pd.DataFrame, claims: list[dict], threshold: float, paired: pd.DataFrame | None = None) -> pd.DataFrame:
+def claims_table(
+    rho: pd.DataFrame,
+    layers: pd.DataFrame,
+    superadd: pd.DataFrame,
+    grad: pd.DataFrame,
+    claims: list[dict],
+    threshold: float,
+    paired: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per (claim, cell): the value measured in that cell next to the published one, and
     reproduced / differs / fragile within the claim's tolerance (config/published.yaml),
     decided by the value's CI over seeds where it has one (rho, superadditivity).
@@ -258,7 +353,10 @@ def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame
             lo = hi = float("nan")
             if cid.startswith("rho_"):
                 v = get(rho, cell, "rho_mean", task=cid.split("_")[1])
-                lo, hi = get(rho, cell, "ci_lo", task=cid.split("_")[1]), get(rho, cell, "ci_hi", task=cid.split("_")[1])
+                lo, hi = (
+                    get(rho, cell, "ci_lo", task=cid.split("_")[1]),
+                    get(rho, cell, "ci_hi", task=cid.split("_")[1]),
+                )
             elif cid == "sort_layer1_bloats":
                 v = get(layers, cell, "bloat_per10", task="sort", layer=1, threshold=threshold)
             elif cid == "sort_layer3_heroes":
@@ -269,15 +367,32 @@ def claims_table(rho: pd.DataFrame, layers: pd.DataFrame, superadd: pd.DataFrame
                 v = 100 * get(superadd, cell, "mean_joint", task="sort", group="bloat")
             elif cid == "bloat_superadditivity":
                 v = get(superadd, cell, "ratio", task="sort", group="bloat")
-                lo, hi = get(superadd, cell, "ci_lo", task="sort", group="bloat"), get(superadd, cell, "ci_hi", task="sort", group="bloat")
+                lo, hi = (
+                    get(superadd, cell, "ci_lo", task="sort", group="bloat"),
+                    get(superadd, cell, "ci_hi", task="sort", group="bloat"),
+                )
             elif cid == "hero_ablation_reverse_pct":
                 v = -100 * get(superadd, cell, "mean_joint", task="reverse", group="hero")
             else:  # sort_grad_layer{1,3}
                 v = get(grad, cell, "G_mean", task="sort", layer=int(cid[-1]))
             tol = float(c.get("tolerance", 0.0))
             status = "not run" if np.isnan(v) else status_of(float(c["value"]), v, tol, lo, hi)
-            rows.append({"id": cid, "claim": c["claim"], "cell": cell, "published": c["value"], "tolerance": tol, "value": v, "ci_low": lo, "ci_high": hi, "status": status})
-    out = pd.DataFrame(rows, columns=["id", "claim", "cell", "published", "tolerance", "value", "ci_low", "ci_high", "status"])
+            rows.append(
+                {
+                    "id": cid,
+                    "claim": c["claim"],
+                    "cell": cell,
+                    "published": c["value"],
+                    "tolerance": tol,
+                    "value": v,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "status": status,
+                }
+            )
+    out = pd.DataFrame(
+        rows, columns=["id", "claim", "cell", "published", "tolerance", "value", "ci_low", "ci_high", "status"]
+    )
     # what flipping the cell's switch(es) does to the default cell's value
     default = out[out["cell"] == "default"].set_index("id")["value"]
     base = out["id"].map(default)
@@ -297,7 +412,11 @@ def _add_paired(out: pd.DataFrame, paired: pd.DataFrame) -> None:
         vals = (0, float("nan"), float("nan"), float("nan"), False, "")
         if r.cell != "default":
             m = CLAIM_PAIRED.get(r.id)
-            p = paired[(paired["cell"] == r.cell) & (paired["task"] == m[0]) & (paired["quantity"] == m[1])] if m else paired.iloc[:0]
+            p = (
+                paired[(paired["cell"] == r.cell) & (paired["task"] == m[0]) & (paired["quantity"] == m[1])]
+                if m
+                else paired.iloc[:0]
+            )
             if m is None:
                 vals = (0, float("nan"), float("nan"), float("nan"), False, "no per-seed value")
             elif p.empty:

@@ -83,7 +83,9 @@ def ablation_hooks(sets, batch_size: int, mode: str, means: dict | None, site: s
     return hooks
 
 
-def exact_match_sets(bridge, batch, sets, mode: str, means: dict | None, site: str, max_rows: int = 8192) -> torch.Tensor:
+def exact_match_sets(
+    bridge, batch, sets, mode: str, means: dict | None, site: str, max_rows: int = 8192
+) -> torch.Tensor:
     """Bool [len(sets), B]: exact match of every sequence with each set ablated at ``site``."""
     from selfrepair.heroes.scores import exact_match
 
@@ -170,5 +172,13 @@ def rho_by_sample_size(g: np.ndarray, correct: np.ndarray, sizes: Sequence[int])
             chunk = correct[:, k * n : (k + 1) * n]
             c, _ = c_scores(chunk, n)
             frac, zero = within_noise(chunk)
-            rows.append({"n": n, "chunk": k, "rho": analysis.spearman(g, c), "pairs_within_noise": frac, "C_within_noise_of_zero": zero})
+            rows.append(
+                {
+                    "n": n,
+                    "chunk": k,
+                    "rho": analysis.spearman(g, c),
+                    "pairs_within_noise": frac,
+                    "C_within_noise_of_zero": zero,
+                }
+            )
     return pd.DataFrame(rows, columns=["n", "chunk", "rho", "pairs_within_noise", "C_within_noise_of_zero"])

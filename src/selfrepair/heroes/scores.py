@@ -62,7 +62,10 @@ def id_accuracy(model, task: str, min_len: int, max_len: int, n: int, seed: int,
     """In-distribution exact match: ``n`` sequences per length (per_batch), or ``n`` padded
     batches' worth of examples of mixed lengths (per_example), as the model was trained."""
     if padding == "per_batch":
-        accs = [correct(model, S.eval_set(task, length, n, seed + length)).float().mean().item() for length in range(min_len, max_len + 1)]
+        accs = [
+            correct(model, S.eval_set(task, length, n, seed + length)).float().mean().item()
+            for length in range(min_len, max_len + 1)
+        ]
         return float(np.mean(accs))
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=g).tolist()
@@ -108,7 +111,9 @@ def ablation_correct(
     return torch.stack(rows)
 
 
-def causal_scores(bridge, batch: S.Batch, components: Sequence[Component], mode: str, means: dict | None) -> pd.DataFrame:
+def causal_scores(
+    bridge, batch: S.Batch, components: Sequence[Component], mode: str, means: dict | None
+) -> pd.DataFrame:
     """C = baseline accuracy - accuracy with the component ablated, with its paired SE."""
     correct = ablation_correct(bridge, batch, [[]] + [[c] for c in components], mode, means)
     return causal_table(correct, [c.name for c in components], mode)
@@ -145,7 +150,13 @@ def joint_vs_individual(bridge, batch: S.Batch, group: Sequence[Component], mode
     superadditivity = joint drop / sum of individual drops (NaN when the sum is 0).
     """
     if not group:
-        return {"n": 0, "sum_individual": float("nan"), "joint": float("nan"), "mean_individual": float("nan"), "superadditivity": float("nan")}
+        return {
+            "n": 0,
+            "sum_individual": float("nan"),
+            "joint": float("nan"),
+            "mean_individual": float("nan"),
+            "superadditivity": float("nan"),
+        }
     res = ablation_correct(bridge, batch, [[]] + [[c] for c in group] + [list(group)], mode, means).float().mean(1)
     base = float(res[0])
     ind = [base - float(x) for x in res[1:-1]]

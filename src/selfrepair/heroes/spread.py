@@ -89,7 +89,15 @@ def _roles(delta: np.ndarray, t: float) -> np.ndarray:
 ROLE_NAMES = np.array(["aligned", "hero", "bloat"])
 
 
-def bootstrap_roles(outcomes, g: Sequence[float], thresholds: Sequence[float], n_boot: int = 1000, seed: int = 0, idx: np.ndarray | None = None, level: float = 0.95) -> tuple[pd.DataFrame, dict]:
+def bootstrap_roles(
+    outcomes,
+    g: Sequence[float],
+    thresholds: Sequence[float],
+    n_boot: int = 1000,
+    seed: int = 0,
+    idx: np.ndarray | None = None,
+    level: float = 0.95,
+) -> tuple[pd.DataFrame, dict]:
     """Resample the evaluation sequences, recompute C, Delta and roles (G is fixed: it
     comes from other batches).
 
@@ -122,11 +130,15 @@ def bootstrap_roles(outcomes, g: Sequence[float], thresholds: Sequence[float], n
     with np.errstate(invalid="ignore", divide="ignore"):
         rho = np.where(den > 0, rc @ rg / np.where(den > 0, den, 1), np.nan)
     rho = rho[~np.isnan(rho)]
-    lo, hi = (np.quantile(rho, [(1 - level) / 2, 1 - (1 - level) / 2]) if len(rho) and np.ptp(g) > 0 else (np.nan, np.nan))
+    lo, hi = (
+        np.quantile(rho, [(1 - level) / 2, 1 - (1 - level) / 2]) if len(rho) and np.ptp(g) > 0 else (np.nan, np.nan)
+    )
     return out, {"rho_boot_lo": float(lo), "rho_boot_hi": float(hi), "n_boot": int(len(idx))}
 
 
-def paired_difference(cell: Mapping[int, float], default: Mapping[int, float], n_boot: int = 10000, seed: int = 0, level: float = 0.95) -> dict:
+def paired_difference(
+    cell: Mapping[int, float], default: Mapping[int, float], n_boot: int = 10000, seed: int = 0, level: float = 0.95
+) -> dict:
     """Per-seed differences cell - default over the seeds both have (a NaN on either side
     drops the seed): their number, mean, sd, a percentile bootstrap CI over seeds of the
     mean, and ``decided`` (the CI excludes 0)."""
@@ -135,7 +147,15 @@ def paired_difference(cell: Mapping[int, float], default: Mapping[int, float], n
     mean, sd, n = analysis.mean_sd(diffs)
     lo, hi = analysis.bootstrap_ci(diffs, n_boot=n_boot, level=level, seed=seed)
     decided = bool(n > 1 and (lo > 0 or hi < 0))
-    return {"n_paired": n, "seeds": " ".join(str(int(s)) for s in sorted(seeds)), "mean_diff": mean, "sd_diff": sd, "ci_lo": lo, "ci_hi": hi, "decided": decided}
+    return {
+        "n_paired": n,
+        "seeds": " ".join(str(int(s)) for s in sorted(seeds)),
+        "mean_diff": mean,
+        "sd_diff": sd,
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "decided": decided,
+    }
 
 
 def change_word(n_paired: int, lo: float, hi: float) -> str:

@@ -82,7 +82,18 @@ def rho_summary(seeds: pd.DataFrame) -> pd.DataFrame:
             vals = kept[col].dropna().tolist() if col in kept else []
             mean, sd, n = analysis.mean_sd(vals)
             lo, hi = analysis.bootstrap_ci(vals)
-            rows.append({"task": task, "measure": col, "mean": mean, "sd": sd, "n_kept": n, "n_seeds": len(s), "ci_lo": lo, "ci_hi": hi})
+            rows.append(
+                {
+                    "task": task,
+                    "measure": col,
+                    "mean": mean,
+                    "sd": sd,
+                    "n_kept": n,
+                    "n_seeds": len(s),
+                    "ci_lo": lo,
+                    "ci_hi": hi,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -92,7 +103,14 @@ def roles_by_layer(roles: pd.DataFrame, thresholds) -> pd.DataFrame:
     for t in thresholds:
         col = f"role_t{t:g}"
         for (task, layer), s in kept.groupby(["task", "layer"], sort=False):
-            row = {"task": task, "threshold": t, "layer": int(layer), "hero": int((s[col] == "hero").sum()), "bloat": int((s[col] == "bloat").sum()), "aligned": int((s[col] == "aligned").sum())}
+            row = {
+                "task": task,
+                "threshold": t,
+                "layer": int(layer),
+                "hero": int((s[col] == "hero").sum()),
+                "bloat": int((s[col] == "bloat").sum()),
+                "aligned": int((s[col] == "aligned").sum()),
+            }
             stable = _stable_col(s, t)
             if stable is not None:
                 for role in ("hero", "bloat", "aligned"):
@@ -105,7 +123,15 @@ def role_stability(roles: pd.DataFrame) -> pd.DataFrame:
     kept = roles[roles["status"] == "kept"]
     rows = []
     for (task, comp), s in kept.groupby(["task", "component"], sort=False):
-        row = {"task": task, "component": comp, "layer": int(s["layer"].iloc[0]), "hero": int((s["role"] == "hero").sum()), "bloat": int((s["role"] == "bloat").sum()), "aligned": int((s["role"] == "aligned").sum()), "n_seeds": len(s)}
+        row = {
+            "task": task,
+            "component": comp,
+            "layer": int(s["layer"].iloc[0]),
+            "hero": int((s["role"] == "hero").sum()),
+            "bloat": int((s["role"] == "bloat").sum()),
+            "aligned": int((s["role"] == "aligned").sum()),
+            "n_seeds": len(s),
+        }
         stable = _stable_col(s)
         if stable is not None:
             for role in ("hero", "bloat", "aligned"):
@@ -117,7 +143,11 @@ def role_stability(roles: pd.DataFrame) -> pd.DataFrame:
 
 def gradient_by_layer(roles: pd.DataFrame) -> pd.DataFrame:
     kept = roles[roles["status"] == "kept"]
-    return kept.groupby(["task", "layer"], sort=False).agg(G_mean=("G", "mean"), C_mean=("C", "mean"), n=("G", "size")).reset_index()
+    return (
+        kept.groupby(["task", "layer"], sort=False)
+        .agg(G_mean=("G", "mean"), C_mean=("C", "mean"), n=("G", "size"))
+        .reset_index()
+    )
 
 
 def redundancy_summary(redundancy: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +174,17 @@ def redundancy_summary(redundancy: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFrame, stability: pd.DataFrame, grad_layer: pd.DataFrame, red: pd.DataFrame, attention: pd.DataFrame, threshold: float, thresholds) -> dict:
+def measured_claims(
+    seeds: pd.DataFrame,
+    rho: pd.DataFrame,
+    by_layer: pd.DataFrame,
+    stability: pd.DataFrame,
+    grad_layer: pd.DataFrame,
+    red: pd.DataFrame,
+    attention: pd.DataFrame,
+    threshold: float,
+    thresholds,
+) -> dict:
     """Map claim ids of config/published.yaml (section heroes) to measured values."""
     out: dict = {}
 
@@ -168,7 +208,12 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
             out[cid] = NotRun(f"seed {seed} skipped: {s['reason'].iloc[0]}")
         elif "rho_boot_lo" in s and not np.isnan(float(s["rho_boot_lo"].iloc[0])):
             lo, hi = float(s["rho_boot_lo"].iloc[0]), float(s["rho_boot_hi"].iloc[0])
-            out[cid] = Measured(float(s["rho"].iloc[0]), lo, hi, f"95% interval [{lo:.2f}, {hi:.2f}] over resamples of the evaluation sequences")
+            out[cid] = Measured(
+                float(s["rho"].iloc[0]),
+                lo,
+                hi,
+                f"95% interval [{lo:.2f}, {hi:.2f}] over resamples of the evaluation sequences",
+            )
         else:
             out[cid] = float(s["rho"].iloc[0])
     bl = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == threshold)].set_index("layer")
@@ -192,12 +237,15 @@ def measured_claims(seeds: pd.DataFrame, rho: pd.DataFrame, by_layer: pd.DataFra
             top_hero = int(b["hero"].idxmax()) if b["hero"].sum() else None
             checks.append((t, top_bloat, top_hero))
         holds = all(tb == 1 and th == 3 for _, tb, th in checks)
-        out["sort_layer_pattern_thresholds"] = Holds(holds, "; ".join(f"t={t:g}: most bloats in layer {tb}, most heroes in layer {th}" for t, tb, th in checks))
+        out["sort_layer_pattern_thresholds"] = Holds(
+            holds, "; ".join(f"t={t:g}: most bloats in layer {tb}, most heroes in layer {th}" for t, tb, th in checks)
+        )
     st = stability[stability["task"] == "sort"].set_index("component")
     if st.empty:
         for cid in ("sort_L3H3_hero", "sort_L1H1_bloat", "sort_L1H3_bloat"):
             out[cid] = NotRun("no kept sorting seed")
     else:
+
         def frac(comp, col):
             if comp not in st.index:
                 return NotRun(f"{comp} not in this model")
@@ -257,7 +305,11 @@ def stable_claims(by_layer: pd.DataFrame, stability: pd.DataFrame, threshold: fl
         out["sort_layer3_heroes"] = float(bl["hero_stable"].get(3, 0))
     st = stability[stability["task"] == "sort"].set_index("component")
     if not st.empty and "hero_stable" in st:
-        for cid, comp, col in (("sort_L3H3_hero", "L3H3", "hero"), ("sort_L1H1_bloat", "L1H1", "bloat"), ("sort_L1H3_bloat", "L1H3", "bloat")):
+        for cid, comp, col in (
+            ("sort_L3H3_hero", "L3H3", "hero"),
+            ("sort_L1H1_bloat", "L1H1", "bloat"),
+            ("sort_L1H3_bloat", "L1H3", "bloat"),
+        ):
             if comp in st.index:
                 out[cid] = float(st.loc[comp, f"{col}_stable"]) / float(st.loc[comp, "n_seeds"]) * 10
     return out
@@ -285,7 +337,11 @@ def run_summary(seeds: pd.DataFrame) -> pd.DataFrame:
                 "bloats_per_seed": float(kept["n_bloats"].mean()) if len(kept) else np.nan,
             }
         )
-        for col, name in (("n_heroes_stable", "stable_heroes_per_seed"), ("n_bloats_stable", "stable_bloats_per_seed"), ("n_C_within_2se_of_other", "C_within_2se_of_other_per_seed")):
+        for col, name in (
+            ("n_heroes_stable", "stable_heroes_per_seed"),
+            ("n_bloats_stable", "stable_bloats_per_seed"),
+            ("n_C_within_2se_of_other", "C_within_2se_of_other_per_seed"),
+        ):
             if col in kept and len(kept):
                 rows[-1][name] = float(kept[col].mean())
     return pd.DataFrame(rows)

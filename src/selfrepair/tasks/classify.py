@@ -18,8 +18,12 @@ N_FILLER, N_SIGNAL, LENGTH = 24, 6, 12
 
 class Classify:
     name = "classify"
-    vocab = (["<pad>", "<bos>", "?", "pos", "neg"] + [f"f{i}" for i in range(N_FILLER)]
-             + [f"p{i}" for i in range(N_SIGNAL)] + [f"n{i}" for i in range(N_SIGNAL)])
+    vocab = (
+        ["<pad>", "<bos>", "?", "pos", "neg"]
+        + [f"f{i}" for i in range(N_FILLER)]
+        + [f"p{i}" for i in range(N_SIGNAL)]
+        + [f"n{i}" for i in range(N_SIGNAL)]
+    )
     n_ctx = LENGTH + 4
 
     def __init__(self):

@@ -47,7 +47,9 @@ def lm_batch(tokens: torch.Tensor) -> Batch:
     return Batch(tokens[:, :-1], tokens[:, 1:], torch.ones_like(tokens[:, 1:], dtype=torch.bool))
 
 
-def repeated_logprob(logits: torch.Tensor, tokens: torch.Tensor, lens: torch.Tensor, reduce: bool = True) -> torch.Tensor:
+def repeated_logprob(
+    logits: torch.Tensor, tokens: torch.Tensor, lens: torch.Tensor, reduce: bool = True
+) -> torch.Tensor:
     """Mean log-prob of the repeated tokens T+2..2T given their prefixes.
 
     ``logits`` [n, L, V] of ``tokens`` [n, L]; the prediction at p (T+1 <= p <= 2T-1)

@@ -19,7 +19,24 @@ import torch
 
 from selfrepair.tasks.sequences import Batch
 
-NAMES = ["John", "Mary", "Tom", "James", "Dan", "Sid", "Martin", "Anna", "Paul", "Kate", "Mark", "Lucy", "Peter", "Sarah", "David", "Emma"]
+NAMES = [
+    "John",
+    "Mary",
+    "Tom",
+    "James",
+    "Dan",
+    "Sid",
+    "Martin",
+    "Anna",
+    "Paul",
+    "Kate",
+    "Mark",
+    "Lucy",
+    "Peter",
+    "Sarah",
+    "David",
+    "Emma",
+]
 PLACES = ["store", "park", "school", "office", "garden", "station", "market", "library"]
 OBJECTS = ["drink", "book", "ball", "ring", "kiss", "snack", "bone", "note"]
 TEMPLATES = [

@@ -18,8 +18,10 @@ import torch
 from selfrepair.tasks.sequences import Batch
 
 DET = {"sg": ["the", "a", "this", "every"], "pl": ["the", "some", "these", "many"]}
-NOUN = {"sg": ["dog", "cat", "bird", "child", "farmer", "river", "house", "tree", "teacher", "car"],
-        "pl": ["dogs", "cats", "birds", "children", "farmers", "rivers", "houses", "trees", "teachers", "cars"]}
+NOUN = {
+    "sg": ["dog", "cat", "bird", "child", "farmer", "river", "house", "tree", "teacher", "car"],
+    "pl": ["dogs", "cats", "birds", "children", "farmers", "rivers", "houses", "trees", "teachers", "cars"],
+}
 ADJ = ["big", "small", "old", "red", "happy", "quiet", "green", "fast"]
 VT = {"sg": ["sees", "likes", "chases", "finds", "helps"], "pl": ["see", "like", "chase", "find", "help"]}
 VI = {"sg": ["sleeps", "runs", "sings", "waits"], "pl": ["sleep", "run", "sing", "wait"]}

@@ -110,7 +110,9 @@ def answers(name: str, row) -> tuple[str, str, str, str]:
     return clean, corrupt, str(row["label"]), str(cf["label"])
 
 
-def load(name: str, tokenizer, n: int, search_paths: list[str] | None = None, split: str | None = "test") -> CounterfactualBatch:
+def load(
+    name: str, tokenizer, n: int, search_paths: list[str] | None = None, split: str | None = "test"
+) -> CounterfactualBatch:
     """Up to ``n`` aligned counterfactual pairs of MIB dataset ``name``, tokenized."""
     if name not in SPECS:
         raise ValueError(f"unknown MIB dataset {name!r}; one of {sorted(SPECS)}")
@@ -137,6 +139,9 @@ def load(name: str, tokenizer, n: int, search_paths: list[str] | None = None, sp
         clean[i, : len(c)] = torch.tensor(c)
         corrupt[i, : len(r)] = torch.tensor(r)
     return CounterfactualBatch(
-        clean, corrupt, torch.tensor([p[2] for p in pairs]), torch.tensor([p[3] for p in pairs]),
+        clean,
+        corrupt,
+        torch.tensor([p[2] for p in pairs]),
+        torch.tensor([p[3] for p in pairs]),
         torch.tensor([len(p[0]) - 1 for p in pairs]),
     )
