@@ -22,8 +22,8 @@ for method in p.methods:
     graph, scores, curve, summary = circuits.localize(
         bridge, data, method, tuple(p.fractions), int(p.batch_size), int(p.ig_steps)
     )
-    n_top = int(round(p.circuit_fraction * graph.n_edges))
-    mask = circuits.top_edges(graph, scores, n_top, absolute=True)
+    # the circuit file holds MIB's circuit at circuit_fraction: top int(f * n) |score|, pruned
+    mask = circuits.top_edges(graph, scores, circuits.n_edges_at(p.circuit_fraction, graph.n_edges), absolute=True)
     circuits.save_mib_json(Path(out.circuits) / f"{method}.json", graph, scores, mask)
     summaries.append({"task": p.task, "model": p.model_name, "seed": int(p.seed), **summary})
     curves.append(curve.assign(task=p.task, model=p.model_name, seed=int(p.seed)))

@@ -1,6 +1,7 @@
 """Edge graph, edge scores, MIB files, counterfactual patching and the areas."""
 
 import warnings
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -30,12 +31,11 @@ def bridges(tmp_path_factory):
     save_model(build_gpt2_toy(cfg, seed=5, positional=True), root / "gpt2")
     _save_llama(root / "llama")
     out = {}
-    for name in ("gpt2", "llama"):
-        save_word_tokenizer(root / name, [f"t{i}" for i in range(20)])
-        b = load_bridge(root / name, "cpu")
-        C.prepare(b)
-        out[name] = b
-    return out
+    with ExitStack() as stack:  # the brute-force references below hook q/k/v inputs directly
+        for name in ("gpt2", "llama"):
+            save_word_tokenizer(root / name, [f"t{i}" for i in range(20)])
+            out[name] = stack.enter_context(C.prepared(load_bridge(root / name, "cpu")))
+        yield out
 
 
 def _data(n=4, T=6, seed=0):
@@ -216,7 +216,7 @@ def test_mib_json_roundtrip(tmp_path):
     g = C.Graph.build(2, 2, 16)
     torch.manual_seed(0)
     scores = torch.randn(g.valid.shape) * g.valid
-    in_graph = C.top_edges(g, scores, 5, absolute=True)
+    in_graph = C.top_edges(g, scores, 5, absolute=True, prune=False)
     C.save_mib_json(tmp_path / "c.json", g, scores, in_graph)
     import json
     d = json.loads((tmp_path / "c.json").read_text())
@@ -227,3 +227,91 @@ def test_mib_json_roundtrip(tmp_path):
     assert torch.allclose(s2, scores) and torch.equal(ig2, in_graph)
     top = max(d["edges"].items(), key=lambda kv: abs(kv[1]["score"]))
     assert top[1]["in_graph"]
+
+
+# ------------------------------------------------------------- MIB's evaluation ------
+def _mask(g, names):
+    idx = g.edge_index()
+    m = torch.zeros_like(g.valid)
+    for n in names:
+        m[idx[n]] = True
+    return m
+
+
+def _names(g, mask):
+    return {n for n, (i, j) in g.edge_index().items() if mask[i, j]}
+
+
+CHAIN = ["input->a0.h0<q>", "a0.h0->m0", "m0->a1.h1<v>", "a1.h1->logits"]
+
+
+@pytest.mark.parametrize("extra, kept", [
+    ([], CHAIN),  # a chain input -> logits stays whole
+    (["input->a0.h1<k>"], CHAIN),  # a0.h1 dangles (no outgoing edge): its input edge goes
+    (["a0.h1->logits"], CHAIN),  # a0.h1 has no incoming edge (its only input was cut): its output goes
+    (["input->a1.h0<k>", "a1.h0->logits"], CHAIN + ["input->a1.h0<k>", "a1.h0->logits"]),  # a k edge is an input
+    (["input->logits"], CHAIN + ["input->logits"]),  # input counts as having an incoming edge
+    # three passes backwards: m1 has no output, then a1.h0 has none, then a0.h1
+    (["input->a0.h1<q>", "a0.h1->a1.h0<k>", "a1.h0->m1"], CHAIN),
+    # three passes forwards: a0.h1 has no input, then m0's second output, then a1.h0
+    (["a0.h1->a1.h0<q>", "a1.h0->m1", "m1->logits"], CHAIN),
+])
+def test_prune_dangling_by_hand(extra, kept):
+    g = C.Graph.build(2, 2, 16)
+    assert _names(g, C.prune_dangling(g, _mask(g, CHAIN + extra))) == set(kept)
+
+
+def test_prune_dangling_several_passes_to_empty_and_logits_kept():
+    g = C.Graph.build(2, 2, 16)
+    # nothing reaches logits: pruned over three passes down to nothing
+    assert not C.prune_dangling(g, _mask(g, ["input->a0.h0<q>", "a0.h0->m0", "m0->a1.h0<k>"])).any()
+    # logits needs no outgoing edge: one edge into it from input is a whole circuit
+    assert _names(g, C.prune_dangling(g, _mask(g, ["input->logits"]))) == {"input->logits"}
+    assert _names(g, C.prune_dangling(g, _mask(g, ["input->m1", "m1->logits"]))) == {"input->m1", "m1->logits"}
+
+
+def _on_paths(g, mask):
+    """Reference: edges u->v of mask with u reachable from input and v reaching logits."""
+    edges = [(g.forward[i], g.backward[j].split("<")[0]) for i, j in mask.nonzero().tolist()]
+    fwd, changed = {"input"}, True
+    while changed:
+        new = {v for u, v in edges if u in fwd} - fwd
+        fwd |= new
+        changed = bool(new)
+    back, changed = {"logits"}, True
+    while changed:
+        new = {u for u, v in edges if v in back} - back
+        back |= new
+        changed = bool(new)
+    return {f"{g.forward[i]}->{g.backward[j]}" for i, j in mask.nonzero().tolist()
+            if g.forward[i] in fwd and g.backward[j].split("<")[0] in back}
+
+
+def test_prune_dangling_keeps_exactly_the_input_to_logits_paths():
+    g = C.Graph.build(3, 2, 16)
+    gen = torch.Generator().manual_seed(0)
+    for p in (0.05, 0.1, 0.2, 0.4):
+        for _ in range(25):
+            mask = (torch.rand(g.valid.shape, generator=gen) < p) & g.valid
+            assert _names(g, C.prune_dangling(g, mask)) == _on_paths(g, mask)
+
+
+def test_edges_at_a_fraction_truncate_like_mib():
+    # MIB: int(pct * n); rounding would give 3, 1, 1 and 1
+    assert [C.n_edges_at(f, n) for f, n in ((0.2, 13), (0.05, 13), (0.005, 110), (0.001, 500))] == [2, 0, 0, 0]
+    assert C.n_edges_at(1.0, 13) == 13 and C.n_edges_at(0.5, 110) == 55
+
+
+def test_faithfulness_curve_counts_and_prunes(bridges):
+    bridge, data = bridges["gpt2"], _data()
+    graph = C.Graph.from_bridge(bridge)
+    s = C.edge_scores(bridge, graph, data, "eap")
+    fr = (0.05, 0.2, 0.5, 1.0)
+    curve = C.faithfulness_curve(bridge, graph, data, s, fractions=fr, absolute=True)
+    for f, p in zip(fr, curve["points"]):
+        assert p["n_edges"] == int(f * graph.n_edges)
+        mask = C.top_edges(graph, s, p["n_edges"], absolute=True)
+        assert p["n_kept"] == int(mask.sum()) <= p["n_edges"]
+        assert torch.equal(mask, C.prune_dangling(graph, C.top_edges(graph, s, p["n_edges"], True, prune=False)))
+        m = C.run_circuit(bridge, graph, data, mask).mean().item()
+        assert p["metric"] == pytest.approx(m, abs=1e-6)

@@ -105,6 +105,20 @@ def temperature_softmax(bridge, T: float = 2.0):
             h.remove()
 
 
+@contextmanager
+def frozen(model):
+    """Every parameter of ``model`` with ``requires_grad`` off for the block (a backward
+    through the model then fills no ``.grad``), each restored to what it was on exit."""
+    saved = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in saved:
+            p.requires_grad_(False)
+        yield model
+    finally:
+        for p, rg in saved:
+            p.requires_grad_(rg)
+
+
 def _hook_names(bridge, suffix: str) -> list[str]:
     """Names ending in ``suffix``, one per hook point (aliases share a hook point)."""
     seen, out = set(), []

@@ -6,8 +6,9 @@ backward inputs ``a{L}.h{H}<q|k|v>``, ``m{L}``, ``logits``. A head of layer L re
 from ``input`` and every head and MLP of layers < L; ``m{L}`` also from the heads of
 layer L; ``logits`` from everything. GPT-2 small has 32,491 edges.
 
-On a TransformerLens 4 bridge (``set_use_attn_result`` and ``set_use_split_qkv_input``
-switched on): ``input`` is ``blocks.0.hook_resid_pre``, a head's output is
+On a TransformerLens 4 bridge (``use_attn_result``, ``use_split_qkv_input`` and
+``use_hook_mlp_in`` switched on by ``prepared`` for the duration of each call, then
+back): ``input`` is ``blocks.0.hook_resid_pre``, a head's output is
 ``blocks.L.attn.hook_result[:, :, H]``, an MLP's ``blocks.L.hook_mlp_out``; a head's
 q/k/v input is ``blocks.L.hook_{q,k,v}_input[:, :, H]``, an MLP's input
 ``blocks.L.hook_mlp_in``, the logits' input ``ln_final.hook_in``. The mapping to the
@@ -21,6 +22,7 @@ k/v input keeps u's clean activation when any head of the group has that edge.
 
 from __future__ import annotations
 
+import functools
 import json
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ import numpy as np
 import torch
 
 from selfrepair.core.components import Component
-from selfrepair.gim.backward import GIMConfig, gim, with_hooks
+from selfrepair.gim.backward import GIMConfig, frozen, gim, with_hooks
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 if TYPE_CHECKING:
@@ -134,13 +136,44 @@ class Graph:
         return slots
 
 
-def prepare(bridge) -> None:
-    """Switch on the bridge features the edge graph needs."""
-    bridge.set_use_attn_result(True)
-    bridge.set_use_split_qkv_input(True)
-    bridge.set_use_hook_mlp_in(True)
-    for p in bridge.parameters():
-        p.requires_grad_(False)
+_GRAPH_FLAGS = ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in")
+
+
+@contextmanager
+def prepared(bridge):
+    """For the block: the bridge features the edge graph needs switched on
+    (``use_attn_result``, ``use_split_qkv_input``, ``use_hook_mlp_in``; ``use_attn_in``
+    off, as it excludes split q/k/v inputs) and every parameter frozen, so that scoring
+    never accumulates into the caller's ``.grad``. On exit every flag and every
+    parameter's ``requires_grad`` is what it was (nested use is fine)."""
+    flags = {f: bool(getattr(bridge.cfg, f, False)) for f in _GRAPH_FLAGS + ("use_attn_in",)}
+    if all(flags[f] for f in _GRAPH_FLAGS) and not flags["use_attn_in"] and \
+            not any(p.requires_grad for p in bridge.parameters()):
+        yield bridge  # already so (an enclosing call): nothing to change or restore
+        return
+    try:
+        if flags["use_attn_in"]:
+            bridge.set_use_attn_in(False)
+        bridge.set_use_attn_result(True)
+        bridge.set_use_split_qkv_input(True)
+        bridge.set_use_hook_mlp_in(True)
+        with frozen(bridge):
+            yield bridge
+    finally:
+        bridge.set_use_split_qkv_input(flags["use_split_qkv_input"])  # before use_attn_in: exclusive
+        bridge.set_use_attn_result(flags["use_attn_result"])
+        bridge.set_use_hook_mlp_in(flags["use_hook_mlp_in"])
+        if flags["use_attn_in"]:
+            bridge.set_use_attn_in(True)
+
+
+def _on_prepared(fn):
+    """Run ``fn(bridge, ...)`` inside :func:`prepared`: no lasting change to the bridge."""
+    @functools.wraps(fn)
+    def wrapper(bridge, *args, **kwargs):
+        with prepared(bridge):
+            return fn(bridge, *args, **kwargs)
+    return wrapper
 
 
 def _forward_hooks(graph: Graph):
@@ -159,6 +192,7 @@ def _stack_forward(graph: Graph, store: dict) -> torch.Tensor:
     return torch.stack([store[i] for i in range(len(graph.forward))], dim=2)  # [B, T, F, d]
 
 
+@_on_prepared
 def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits and activations of every upstream node, [B, T, n_forward, d_model]."""
     store = {}
@@ -188,6 +222,7 @@ def _method_config(method: str):
     return GIMConfig.variant(method)
 
 
+@_on_prepared
 def edge_scores(bridge, graph: Graph, data: CounterfactualBatch, method: str = "eap", batch_size: int = 32, ig_steps: int = 5) -> torch.Tensor:
     """Edge scores [n_forward, n_backward] (zero off the graph).
 
@@ -200,7 +235,6 @@ def edge_scores(bridge, graph: Graph, data: CounterfactualBatch, method: str = "
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; one of {METHODS}")
-    prepare(bridge)
     cfg = _method_config(method)
     slots = graph.backward_slots()
     rep = graph.n_heads // graph.n_kv_heads
@@ -258,7 +292,6 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
     ``in_graph``: bool [n_forward, n_backward]; ``a_corr``: forward activations of the
     corrupted run [B, T, n_forward, d].
     """
-    prepare(bridge)
     out_edges = (graph.valid & ~in_graph).float()  # edges that are patched
     store = {}
     hooks = []
@@ -292,10 +325,11 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
                     x[:, :, s] = x[:, :, s] - delta
             return x
         hooks.append((name, fix))
-    with with_hooks(bridge, hooks):
+    with prepared(bridge), with_hooks(bridge, hooks):
         yield
 
 
+@_on_prepared
 def run_circuit(bridge, graph: Graph, data: CounterfactualBatch, in_graph: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
     """Per-row logit difference of the model with every edge outside ``in_graph`` patched."""
     out = []
@@ -307,26 +341,74 @@ def run_circuit(bridge, graph: Graph, data: CounterfactualBatch, in_graph: torch
     return torch.cat(out)
 
 
-def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool) -> torch.Tensor:
-    """The ``n`` edges with the highest (signed or absolute) score, as a mask."""
+def n_edges_at(fraction: float, n_edges: int) -> int:
+    """Edges in the circuit at ``fraction`` of the graph: ``int(fraction * n_edges)``, as
+    MIB's ``evaluate_area_under_curve`` (truncation, not rounding: 0.2 * 33 -> 6)."""
+    return int(fraction * n_edges)
+
+
+def _node_of(name: str) -> str:
+    return name.split("<")[0]
+
+
+def prune_dangling(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
+    """MIB's pruning (EAP-IG ``Graph.apply_topn(..., prune=True)``), to a fixed point.
+
+    A node stays only if it has an in-graph incoming edge (``input`` counts as having one;
+    the q/k/v inputs of a head are one node) and an in-graph outgoing edge (``logits`` is
+    always kept); every edge out of or into a dropped node is dropped. Repeated until
+    nothing changes, so what remains is the union of the input -> logits paths of ``mask``.
+    """
+    nodes = list(dict.fromkeys(graph.forward + [_node_of(v) for v in graph.backward]))
+    pos = {n: k for k, n in enumerate(nodes)}
+    src = torch.zeros(len(nodes), len(graph.forward), dtype=torch.bool)  # node k -> forward row i
+    dst = torch.zeros(len(nodes), len(graph.backward), dtype=torch.bool)  # node k -> backward column j
+    for i, u in enumerate(graph.forward):
+        src[pos[u], i] = True
+    for j, v in enumerate(graph.backward):
+        dst[pos[_node_of(v)], j] = True
+    has_in_always = torch.tensor([n == "input" for n in nodes])
+    has_out_always = torch.tensor([n == "logits" for n in nodes])
+    mask = mask & graph.valid
+    while True:
+        has_out = (src.float() @ mask.any(dim=1).float() > 0) | has_out_always
+        has_in = (dst.float() @ mask.any(dim=0).float() > 0) | has_in_always
+        alive = has_in & has_out
+        alive_fwd = (alive.float() @ src.float()) > 0  # [n_forward]
+        alive_bwd = (alive.float() @ dst.float()) > 0  # [n_backward]
+        pruned = mask & alive_fwd[:, None] & alive_bwd[None, :]
+        if torch.equal(pruned, mask):
+            return mask
+        mask = pruned
+
+
+def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune: bool = True) -> torch.Tensor:
+    """The ``n`` edges with the highest (signed or absolute) score, as a mask; with
+    ``prune`` (the default, MIB's evaluation) dangling edges are then dropped
+    (:func:`prune_dangling`), so the circuit may hold fewer than ``n`` edges."""
     s = scores.abs() if absolute else scores.clone()
     s = s.masked_fill(~graph.valid, float("-inf")).flatten()
     mask = torch.zeros_like(s, dtype=torch.bool)
     if n > 0:
         mask[torch.topk(s, n).indices] = True
-    return mask.view_as(scores) & graph.valid
+    mask = mask.view_as(scores) & graph.valid
+    return prune_dangling(graph, mask) if prune else mask
 
 
+@_on_prepared
 def faithfulness_curve(bridge, graph: Graph, data: CounterfactualBatch, scores: torch.Tensor, fractions=FRACTIONS, absolute: bool = False, batch_size: int = 64) -> dict:
-    """f(C) = (m(C) - m(empty)) / (m(M) - m(empty)) at each edge fraction."""
+    """f(C) = (m(C) - m(empty)) / (m(M) - m(empty)) at each edge fraction, MIB's way:
+    C = the top ``int(fraction * n_edges)`` edges with dangling edges pruned
+    (``n_edges``: that count; ``n_kept``: the edges left after pruning)."""
     m_full = run_circuit(bridge, graph, data, graph.valid, batch_size).mean().item()
     m_empty = run_circuit(bridge, graph, data, torch.zeros_like(graph.valid), batch_size).mean().item()
     rows = []
     for frac in fractions:
-        n = int(round(frac * graph.n_edges))
+        n = n_edges_at(frac, graph.n_edges)
         mask = top_edges(graph, scores, n, absolute)
         m = run_circuit(bridge, graph, data, mask, batch_size).mean().item()
-        rows.append({"fraction": frac, "n_edges": n, "metric": m, "faithfulness": (m - m_empty) / (m_full - m_empty)})
+        rows.append({"fraction": frac, "n_edges": n, "n_kept": int(mask.sum()), "metric": m,
+                     "faithfulness": (m - m_empty) / (m_full - m_empty)})
     return {"m_full": m_full, "m_empty": m_empty, "points": rows}
 
 
@@ -427,6 +509,7 @@ def from_mib_json(path_or_dict, n_kv_heads: int | None = None, allow_partial: bo
 
 
 # ---------------------------------------------------------------- experiment -----
+@_on_prepared
 def localize(bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS, batch_size: int = 64, ig_steps: int = 5):
     """Scores of one method, and its two faithfulness curves (signed and absolute).
 
@@ -434,7 +517,6 @@ def localize(bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS
     """
     import pandas as pd
 
-    prepare(bridge)
     graph = Graph.from_bridge(bridge)
     scores = edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps)
     rows = []
@@ -452,6 +534,7 @@ def localize(bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS
     return graph, scores, pd.DataFrame(rows), summary
 
 
+@_on_prepared
 def per_edge_patching(bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64) -> torch.Tensor:
     """Ground-truth edge effects by brute force: for every edge, the change of the mean
     -logit difference when only that edge is patched (one patched run per edge)."""
@@ -464,11 +547,11 @@ def per_edge_patching(bridge, graph: Graph, data: CounterfactualBatch, batch_siz
     return out
 
 
+@_on_prepared
 def speed(bridge, data: CounterfactualBatch, batch_size: int = 64) -> dict:
     """Seconds to score every edge by EAP, by GIM-EAP and by per-edge activation patching."""
     import time
 
-    prepare(bridge)
     graph = Graph.from_bridge(bridge)
     out = {"n_edges": graph.n_edges, "n_examples": len(data)}
     for method in ("eap", "gim"):

@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 import pandas as pd
 import torch
 
-from selfrepair.gim.backward import GIMConfig, freeze_norm, gim, with_hooks
+from selfrepair.gim.backward import GIMConfig, freeze_norm, frozen, gim, with_hooks
 
 METHODS = ("gim", "grad_x_input", "integrated_gradients", "deeplift", "lrp_cp")
 RATIOS = (0.5, 0.8, 0.9, 0.95, 0.99)
@@ -57,7 +57,13 @@ class _Wrapped(torch.nn.Module):
 def attribute(bridge, tokens: torch.Tensor, pos: int, target: int, baseline_id: int, method: str, ig_steps: int = 20,
               config: GIMConfig | None = None) -> torch.Tensor:
     """Attribution [T] of one sequence ``tokens`` [1, T] to the logit of ``target`` at ``pos``
-    (``config``: which GIM modifications, for ``gim``; all three by default)."""
+    (``config``: which GIM modifications, for ``gim``; all three by default). The
+    parameters are frozen for the call only (no ``.grad`` is left on the model)."""
+    with frozen(bridge):
+        return _attribute(bridge, tokens, pos, target, baseline_id, method, ig_steps, config)
+
+
+def _attribute(bridge, tokens, pos, target, baseline_id, method, ig_steps, config):
     emb = _embed(bridge, tokens)
     base = _embed(bridge, torch.full_like(tokens, baseline_id))
     if method in ("gim", "lrp_cp"):
@@ -124,8 +130,11 @@ def faithfulness_scores(bridge, tokens, pos, target, baseline_id, attribution: t
 def evaluate(bridge, data, truth: torch.Tensor, baseline_id: int, methods=METHODS, ig_steps: int = 20) -> pd.DataFrame:
     """One row per (example, method): comprehensiveness, sufficiency, and top-|S| agreement
     with the truly relevant positions ``truth`` [N, T]."""
-    for p in bridge.parameters():
-        p.requires_grad_(False)
+    with frozen(bridge):
+        return _evaluate(bridge, data, truth, baseline_id, methods, ig_steps)
+
+
+def _evaluate(bridge, data, truth, baseline_id, methods, ig_steps) -> pd.DataFrame:
     rows = []
     for i in range(len(data)):
         tokens = data.clean[i:i + 1]
