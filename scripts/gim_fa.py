@@ -1,4 +1,5 @@
 """Feature attribution on the classification toy task (thin adapter)."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

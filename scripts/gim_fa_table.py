@@ -1,4 +1,5 @@
 """Feature-attribution table: mean comprehensiveness, sufficiency and ground-truth hit."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

@@ -1,4 +1,5 @@
 """Edge scores of every method, MIB circuit files, and faithfulness curves (thin adapter)."""
+
 import json
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
 """MIB models and datasets, when present locally: same localization, else 'not run'."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
@@ -10,8 +11,15 @@ from selfrepair.gim import circuits  # noqa: E402
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 status, table, curves = circuits.run_mib(
-    list(p.models), list(p.datasets), list(p.methods), int(p.n_eval), list(p.search_paths),
-    int(p.batch_size), int(p.ig_steps), tuple(p.fractions), resolve_device(p.device),
+    list(p.models),
+    list(p.datasets),
+    list(p.methods),
+    int(p.n_eval),
+    list(p.search_paths),
+    int(p.batch_size),
+    int(p.ig_steps),
+    tuple(p.fractions),
+    resolve_device(p.device),
 )
 status.to_csv(snakemake.output.status, index=False)  # noqa: F821
 table.to_csv(snakemake.output.table, index=False)  # noqa: F821

@@ -1,4 +1,5 @@
 """Faithfulness curves of every method (only draws what curves.csv holds)."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

@@ -1,4 +1,5 @@
 """Attention self-repair figure: occurrences per input, joint vs summed single ablations."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

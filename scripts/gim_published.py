@@ -1,4 +1,5 @@
 """Paper C's regression table: every published claim, reproduced / differs / not run."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

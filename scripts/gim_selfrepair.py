@@ -1,4 +1,5 @@
 """Attention self-repair: occurrences per input and single vs joint score ablations."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

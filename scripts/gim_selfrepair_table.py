@@ -1,4 +1,5 @@
 """Self-repair summary per task and model (thin adapter)."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

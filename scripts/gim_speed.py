@@ -1,4 +1,5 @@
 """Seconds to score every edge by EAP, GIM-EAP and per-edge activation patching."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

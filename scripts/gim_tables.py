@@ -1,6 +1,7 @@
 """Circuit-localization tables: CPR, CMD per task, model, seed and method; their mean and
 t-interval over each task's models with the paired GIM - EAP / EAP-IG differences; the curves
 (thin adapter)."""
+
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821

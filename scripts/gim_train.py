@@ -1,4 +1,5 @@
 """Train one paper-C toy model on a counterfactual task (thin adapter)."""
+
 import json
 import sys
 
@@ -12,7 +13,11 @@ from selfrepair.tasks.counterfactual import get_task  # noqa: E402
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
 meta = train_any(
-    get_task(p.task), snakemake.output.model, device=resolve_device(p.device), seed=int(p.seed),  # noqa: F821
-    **p.model, **p.train,
+    get_task(p.task),
+    snakemake.output.model,
+    device=resolve_device(p.device),
+    seed=int(p.seed),  # noqa: F821
+    **p.model,
+    **p.train,
 )
 print(json.dumps(meta), file=sys.stderr)

@@ -26,8 +26,16 @@ def _tiny_llama(folder):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, head_dim=4)
+    cfg = LlamaConfig(
+        vocab_size=20,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        head_dim=4,
+    )
     save_model(LlamaForCausalLM(cfg), folder)
     save_word_tokenizer(folder, [f"t{i}" for i in range(20)])
 
@@ -97,11 +105,15 @@ def test_tsg_in_attention_is_the_temperature_formula(models):
             store[name] = x
             x.register_hook(lambda g: store.__setitem__(name + ".grad", g))
             return x
+
         return fn
 
     emb = bridge.embed(toks).detach().requires_grad_(True)
-    hooks = [("hook_embed", lambda x, hook: emb), ("blocks.1.attn.hook_attn_scores", keep("s")),
-             ("blocks.1.attn.hook_pattern", keep("p"))]
+    hooks = [
+        ("hook_embed", lambda x, hook: emb),
+        ("blocks.1.attn.hook_attn_scores", keep("s")),
+        ("blocks.1.attn.hook_pattern", keep("p")),
+    ]
     with gim(bridge, GIMConfig(freeze_norm=False, normalize=False)):
         bridge.run_with_hooks(toks, fwd_hooks=hooks)[0, -1, 3].backward()
     scores, g_out = store["s"].detach(), store["p.grad"]

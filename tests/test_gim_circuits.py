@@ -19,8 +19,16 @@ def _save_llama(folder):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1)
-    cfg = LlamaConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, head_dim=4)
+    cfg = LlamaConfig(
+        vocab_size=20,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        head_dim=4,
+    )
     save_model(LlamaForCausalLM(cfg), folder)
 
 
@@ -42,8 +50,13 @@ def _data(n=4, T=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     clean = torch.randint(2, 20, (n, T), generator=g)
     corrupt = torch.randint(2, 20, (n, T), generator=g)
-    return CounterfactualBatch(clean, corrupt, torch.randint(2, 20, (n,), generator=g),
-                                 torch.randint(2, 20, (n,), generator=g), torch.full((n,), T - 1))
+    return CounterfactualBatch(
+        clean,
+        corrupt,
+        torch.randint(2, 20, (n,), generator=g),
+        torch.randint(2, 20, (n,), generator=g),
+        torch.full((n,), T - 1),
+    )
 
 
 def test_edge_count_gpt2_small():
@@ -65,12 +78,16 @@ def brute_force_patched_logits(bridge, graph, data, in_graph):
     slots = graph.backward_slots()
     x_corr = {}
     with torch.no_grad():
-        bridge.run_with_hooks(data.corrupt, fwd_hooks=[(n, (lambda n: lambda x, hook: x_corr.__setitem__(n, x.clone()))(n)) for n in slots])
+        bridge.run_with_hooks(
+            data.corrupt,
+            fwd_hooks=[(n, (lambda n: lambda x, hook: x_corr.__setitem__(n, x.clone()))(n)) for n in slots],
+        )
     acts = a_corr.clone()
     rep = graph.n_heads // graph.n_kv_heads
     for _ in range(2 * graph.n_layers + 3):
         hooks = []
         for name, cols in slots.items():
+
             def setter(x, hook, name=name, cols=cols):
                 y = x_corr[name].clone()
                 done = set()
@@ -89,6 +106,7 @@ def brute_force_patched_logits(bridge, graph, data, in_graph):
                     else:
                         y[:, :, s] = y[:, :, s] + add
                 return y
+
             hooks.append((name, setter))
         logits, acts_new = C.forward_activations(bridge, graph, data.clean, hooks=hooks)
         acts = acts_new
@@ -130,6 +148,7 @@ def test_patching_a_node_equals_activation_patching(bridges):
         x = x.clone()
         x[:, :, 1] = a_corr[:, :, u]
         return x
+
     with torch.no_grad():
         with C.patched(bridge, graph, in_graph, a_corr):
             edges = bridge(data.clean)
@@ -153,6 +172,7 @@ def test_eap_out_edges_sum_to_node_attribution(bridges, method):
     def leaf(x, hook):
         store["x"] = x.detach().clone().requires_grad_(True)
         return store["x"]
+
     cfg = None if method == "eap" else GIMConfig.variant(method)
     with gim(bridge, cfg or GIMConfig.none()):
         logits = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.attn.hook_result", leaf)])
@@ -181,8 +201,11 @@ def test_eap_ig_out_edges_sum_to_averaged_node_attribution(bridges):
         def leaf(x, hook):
             store["x"] = x.detach().clone().requires_grad_(True)
             return store["x"]
-        logits = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: emb),
-                                                              ("blocks.1.attn.hook_result", leaf)])
+
+        logits = bridge.run_with_hooks(
+            data.clean,
+            fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: emb), ("blocks.1.attn.hook_result", leaf)],
+        )
         (-C.logit_diff(logits, data).sum()).backward()
         total += store["x"].grad[:, :, 0]
     expected = ((a_corr[:, :, u] - a_clean[:, :, u]) * total / 3).sum() / len(data)
@@ -219,6 +242,7 @@ def test_mib_json_roundtrip(tmp_path):
     in_graph = C.top_edges(g, scores, 5, absolute=True, prune=False)
     C.save_mib_json(tmp_path / "c.json", g, scores, in_graph)
     import json
+
     d = json.loads((tmp_path / "c.json").read_text())
     assert d["cfg"] == {"n_layers": 2, "n_heads": 2, "parallel_attn_mlp": False, "d_model": 16}
     assert len(d["edges"]) == g.n_edges and sum(e["in_graph"] for e in d["edges"].values()) == 5
@@ -245,17 +269,20 @@ def _names(g, mask):
 CHAIN = ["input->a0.h0<q>", "a0.h0->m0", "m0->a1.h1<v>", "a1.h1->logits"]
 
 
-@pytest.mark.parametrize("extra, kept", [
-    ([], CHAIN),  # a chain input -> logits stays whole
-    (["input->a0.h1<k>"], CHAIN),  # a0.h1 dangles (no outgoing edge): its input edge goes
-    (["a0.h1->logits"], CHAIN),  # a0.h1 has no incoming edge (its only input was cut): its output goes
-    (["input->a1.h0<k>", "a1.h0->logits"], CHAIN + ["input->a1.h0<k>", "a1.h0->logits"]),  # a k edge is an input
-    (["input->logits"], CHAIN + ["input->logits"]),  # input counts as having an incoming edge
-    # three passes backwards: m1 has no output, then a1.h0 has none, then a0.h1
-    (["input->a0.h1<q>", "a0.h1->a1.h0<k>", "a1.h0->m1"], CHAIN),
-    # three passes forwards: a0.h1 has no input, then m0's second output, then a1.h0
-    (["a0.h1->a1.h0<q>", "a1.h0->m1", "m1->logits"], CHAIN),
-])
+@pytest.mark.parametrize(
+    "extra, kept",
+    [
+        ([], CHAIN),  # a chain input -> logits stays whole
+        (["input->a0.h1<k>"], CHAIN),  # a0.h1 dangles (no outgoing edge): its input edge goes
+        (["a0.h1->logits"], CHAIN),  # a0.h1 has no incoming edge (its only input was cut): its output goes
+        (["input->a1.h0<k>", "a1.h0->logits"], CHAIN + ["input->a1.h0<k>", "a1.h0->logits"]),  # a k edge is an input
+        (["input->logits"], CHAIN + ["input->logits"]),  # input counts as having an incoming edge
+        # three passes backwards: m1 has no output, then a1.h0 has none, then a0.h1
+        (["input->a0.h1<q>", "a0.h1->a1.h0<k>", "a1.h0->m1"], CHAIN),
+        # three passes forwards: a0.h1 has no input, then m0's second output, then a1.h0
+        (["a0.h1->a1.h0<q>", "a1.h0->m1", "m1->logits"], CHAIN),
+    ],
+)
 def test_prune_dangling_by_hand(extra, kept):
     g = C.Graph.build(2, 2, 16)
     assert _names(g, C.prune_dangling(g, _mask(g, CHAIN + extra))) == set(kept)
@@ -283,8 +310,11 @@ def _on_paths(g, mask):
         new = {u for u, v in edges if v in back} - back
         back |= new
         changed = bool(new)
-    return {f"{g.forward[i]}->{g.backward[j]}" for i, j in mask.nonzero().tolist()
-            if g.forward[i] in fwd and g.backward[j].split("<")[0] in back}
+    return {
+        f"{g.forward[i]}->{g.backward[j]}"
+        for i, j in mask.nonzero().tolist()
+        if g.forward[i] in fwd and g.backward[j].split("<")[0] in back
+    }
 
 
 def test_prune_dangling_keeps_exactly_the_input_to_logits_paths():

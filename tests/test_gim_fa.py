@@ -62,8 +62,15 @@ def test_gim_attribution_matches_gim_explain(bridge):
     tokens = data.clean[:1]
     pos, target = int(data.pos[0]), int(data.answer[0])
     ours = FA.attribute(bridge, tokens, pos, target, 0, "gim", config=GIMConfig(tsg=False))
-    ref = gim_ref.explain(bridge, tokens, target_token_id=target, target_position=pos, baseline_token_id=0,
-                          freeze_norm=True, softmax_temperature=None)
+    ref = gim_ref.explain(
+        bridge,
+        tokens,
+        target_token_id=target,
+        target_position=pos,
+        baseline_token_id=0,
+        freeze_norm=True,
+        softmax_temperature=None,
+    )
     assert torch.allclose(ours, ref, atol=1e-6)
 
 
@@ -80,11 +87,12 @@ def test_comprehensiveness_and_sufficiency_by_hand(bridge):
         t[0, list(replace)] = 0
         with torch.no_grad():
             return float(bridge(t)[0, pos, target])
+
     full = logit([])
     ranked = list(range(T - 2, 0, -1))  # positions 1..T-2, most important first
     n = len(ranked)
     expected_comp = sum(full - logit(ranked[:k]) for k in range(1, n + 1)) / n / full
-    expected_suff = sum(full - logit(ranked[n - round(r * n):]) for r in FA.RATIOS) / len(FA.RATIOS) / full
+    expected_suff = sum(full - logit(ranked[n - round(r * n) :]) for r in FA.RATIOS) / len(FA.RATIOS) / full
     assert comp == pytest.approx(expected_comp, rel=1e-4, abs=1e-6)
     assert suff == pytest.approx(expected_suff, rel=1e-4, abs=1e-6)
 

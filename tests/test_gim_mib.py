@@ -26,8 +26,16 @@ def _models(root):
         Qwen2ForCausalLM,
     )
 
-    kw = dict(vocab_size=len(VOCAB), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, head_dim=4)
+    kw = dict(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        head_dim=4,
+    )
     torch.manual_seed(0)
     models = {
         "gpt2": build_gpt2_toy(gpt2_toy_config(len(VOCAB), 2, 2, 16, 32, 64), seed=1, positional=True),
@@ -46,19 +54,37 @@ def _datasets(root):
 
     def words(n):
         return " ".join(f"t{int(i)}" for i in torch.randint(10, 30, (n,), generator=g))
+
     ioi, ari, mcqa = [], [], []
     for i in range(8):
         io, s = f"t{i}", f"t{i + 1}"
         body = words(4)
-        ioi.append({"prompt": f"{io} {s} {body} {s}", "metadata": {"indirect_object": io, "subject": s},
-                    "s2_io_flip_counterfactual": {"prompt": f"{io} {s} {body} {io}"}})
-        ari.append({"prompt": f"t{i} t{i + 2} t9", "label": f"t{2 * i + 2}",
-                    "random_counterfactual": {"prompt": f"t{i + 1} t{i + 3} t9", "label": f"t{2 * i + 4}"}})
-        mcqa.append({"prompt": f"{words(3)} t1 t2 t3", "choices": {"label": ["t1", "t2", "t3"], "text": ["a", "b", "c"]},
-                     "answerKey": i % 3,
-                     "symbol_counterfactual": {"prompt": f"{words(3)} t2 t3 t1",
-                                               "choices": {"label": ["t2", "t3", "t1"], "text": ["a", "b", "c"]},
-                                               "answerKey": i % 3}})
+        ioi.append(
+            {
+                "prompt": f"{io} {s} {body} {s}",
+                "metadata": {"indirect_object": io, "subject": s},
+                "s2_io_flip_counterfactual": {"prompt": f"{io} {s} {body} {io}"},
+            }
+        )
+        ari.append(
+            {
+                "prompt": f"t{i} t{i + 2} t9",
+                "label": f"t{2 * i + 2}",
+                "random_counterfactual": {"prompt": f"t{i + 1} t{i + 3} t9", "label": f"t{2 * i + 4}"},
+            }
+        )
+        mcqa.append(
+            {
+                "prompt": f"{words(3)} t1 t2 t3",
+                "choices": {"label": ["t1", "t2", "t3"], "text": ["a", "b", "c"]},
+                "answerKey": i % 3,
+                "symbol_counterfactual": {
+                    "prompt": f"{words(3)} t2 t3 t1",
+                    "choices": {"label": ["t2", "t3", "t1"], "text": ["a", "b", "c"]},
+                    "answerKey": i % 3,
+                },
+            }
+        )
     for name, rows in (("ioi", ioi), ("arithmetic_addition", ari), ("copycolors_mcqa", mcqa)):
         (root / name).mkdir(parents=True)
         (root / name / "test.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
@@ -80,8 +106,9 @@ def test_run_mib_on_tiny_architectures(tmp_path):
     _datasets(tmp_path / "data")
     models = [paths["gpt2"], paths["llama"], paths["qwen2"], paths["gemma2"], str(tmp_path / "absent")]
     datasets = ["ioi", "arithmetic_addition", "copycolors_mcqa", "arc_easy"]
-    status, table, curves = C.run_mib(models, datasets, ["gim"], n_eval=6,
-                                      search_paths=[str(tmp_path / "data")], batch_size=6, fractions=(0.1, 1.0))
+    status, table, curves = C.run_mib(
+        models, datasets, ["gim"], n_eval=6, search_paths=[str(tmp_path / "data")], batch_size=6, fractions=(0.1, 1.0)
+    )
     st = status.set_index(["model", "dataset"]).status
     for m in ("gpt2", "llama", "qwen2"):
         for d in ("ioi", "arithmetic_addition", "copycolors_mcqa"):

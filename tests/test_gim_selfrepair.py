@@ -34,14 +34,24 @@ def bridge(tmp_path_factory):
 def test_ablations_match_one_at_a_time(bridge):
     g = torch.Generator().manual_seed(0)
     n, T = 3, 6
-    data = CounterfactualBatch(torch.randint(0, 12, (n, T), generator=g), torch.randint(0, 12, (n, T), generator=g),
-                               torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.full((n,), T - 1))
+    data = CounterfactualBatch(
+        torch.randint(0, 12, (n, T), generator=g),
+        torch.randint(0, 12, (n, T), generator=g),
+        torch.tensor([1, 2, 3]),
+        torch.tensor([4, 5, 6]),
+        torch.full((n,), T - 1),
+    )
     per_input, rows = attention_selfrepair(bridge, data, threshold=0.1, batch_size=5)
     assert len(per_input) == n and len(rows) > 0
     for _, r in rows.head(4).iterrows():
         i = int(r.input)
-        one = CounterfactualBatch(data.clean[i:i + 1], data.corrupt[i:i + 1], data.answer[i:i + 1],
-                                  data.foil[i:i + 1], data.pos[i:i + 1])
+        one = CounterfactualBatch(
+            data.clean[i : i + 1],
+            data.corrupt[i : i + 1],
+            data.answer[i : i + 1],
+            data.foil[i : i + 1],
+            data.pos[i : i + 1],
+        )
         with torch.no_grad():
             base = float(logit_diff(bridge(one.clean), one))
 
@@ -51,9 +61,11 @@ def test_ablations_match_one_at_a_time(bridge):
                 for k in keys:
                     x[0, int(r["head"]), int(r.query), k] = float("-inf")
                 return x
+
             with torch.no_grad():
                 lg = bridge.run_with_hooks(one.clean, fwd_hooks=[(f"blocks.{int(r.layer)}.attn.hook_attn_scores", fn)])
             return abs(base - float(logit_diff(lg, one)))
+
         e1, e2, e12 = effect([int(r.key1)]), effect([int(r.key2)]), effect([int(r.key1), int(r.key2)])
         assert r.effect1 == pytest.approx(e1, abs=1e-5) and r.effect2 == pytest.approx(e2, abs=1e-5)
         assert r.effect_joint == pytest.approx(e12, abs=1e-5)

@@ -51,6 +51,7 @@ def test_tiny_gim_workflow(gim_run):
     full = curves[curves.fraction == 1.0]
     assert (full.faithfulness - 1).abs().max() < 1e-4  # the whole graph is the model
     import json
+
     circuit = json.loads(next((tmp_path / "results/gim").glob("*/*/seed0/circuits/gim.json")).read_text())
     assert set(circuit) == {"cfg", "nodes", "edges"} and circuit["cfg"]["n_layers"] == 1
 

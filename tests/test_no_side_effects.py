@@ -62,8 +62,16 @@ def state(b) -> dict:
         "requires_grad": [p.requires_grad for p in b.parameters()],
         "grad": [p.grad is None for p in b.parameters()],
         "hook_points": {n: (len(hp.fwd_hooks), len(hp.bwd_hooks)) for n, hp in b.hook_dict.items()},
-        "module_hooks": [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks),
-                          len(m._backward_pre_hooks), "forward" in m.__dict__) for m in _modules(b)],
+        "module_hooks": [
+            (
+                len(m._forward_hooks),
+                len(m._forward_pre_hooks),
+                len(m._backward_hooks),
+                len(m._backward_pre_hooks),
+                "forward" in m.__dict__,
+            )
+            for m in _modules(b)
+        ],
         "cfg": cfg,
         "training": b.training,
         "softmax": F.softmax,
@@ -72,9 +80,13 @@ def state(b) -> dict:
 
 def _cf(n=4, T=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return CounterfactualBatch(torch.randint(1, V, (n, T), generator=g), torch.randint(1, V, (n, T), generator=g),
-                               torch.randint(1, V, (n,), generator=g), torch.randint(1, V, (n,), generator=g),
-                               torch.full((n,), T - 1))
+    return CounterfactualBatch(
+        torch.randint(1, V, (n, T), generator=g),
+        torch.randint(1, V, (n, T), generator=g),
+        torch.randint(1, V, (n,), generator=g),
+        torch.randint(1, V, (n,), generator=g),
+        torch.full((n,), T - 1),
+    )
 
 
 def _gim_calls(b):
@@ -95,6 +107,7 @@ def _gim_calls(b):
         def run():
             with B.gim(b, B.GIMConfig.variant(name)):  # the caller's gradient (autograd.grad: no .grad)
                 torch.autograd.grad(b(data.clean)[:, -1, 1].sum(), [next(b.parameters())])
+
         return run
 
     return {

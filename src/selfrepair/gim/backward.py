@@ -201,7 +201,9 @@ def gated_mlp_hooks(bridge) -> list[tuple[str, str]]:
 
 
 @contextmanager
-def normalize_gradients(bridge, q: float = 0.25, k: float = 0.25, v: float = 0.5, gate: float = 0.5, up: float = 0.5, gated_mlp: bool = True):
+def normalize_gradients(
+    bridge, q: float = 0.25, k: float = 0.25, v: float = 0.5, gate: float = 0.5, up: float = 0.5, gated_mlp: bool = True
+):
     """Modification 3: gradient normalization of multiplicative interactions."""
     hooks = []
     for suffix, s in ((".attn.hook_q", q), (".attn.hook_k", k), (".attn.hook_v", v)):
@@ -262,7 +264,12 @@ def gim(bridge, config: GIMConfig | None = None):
         if config.normalize:
             stack.enter_context(
                 normalize_gradients(
-                    bridge, config.q_scale, config.k_scale, config.v_scale, config.mlp_scale, config.mlp_scale,
+                    bridge,
+                    config.q_scale,
+                    config.k_scale,
+                    config.v_scale,
+                    config.mlp_scale,
+                    config.mlp_scale,
                     config.gated_mlp,
                 )
             )

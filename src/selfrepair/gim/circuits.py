@@ -147,8 +147,11 @@ def prepared(bridge):
     never accumulates into the caller's ``.grad``. On exit every flag and every
     parameter's ``requires_grad`` is what it was (nested use is fine)."""
     flags = {f: bool(getattr(bridge.cfg, f, False)) for f in _GRAPH_FLAGS + ("use_attn_in",)}
-    if all(flags[f] for f in _GRAPH_FLAGS) and not flags["use_attn_in"] and \
-            not any(p.requires_grad for p in bridge.parameters()):
+    if (
+        all(flags[f] for f in _GRAPH_FLAGS)
+        and not flags["use_attn_in"]
+        and not any(p.requires_grad for p in bridge.parameters())
+    ):
         yield bridge  # already so (an enclosing call): nothing to change or restore
         return
     try:
@@ -169,10 +172,12 @@ def prepared(bridge):
 
 def _on_prepared(fn):
     """Run ``fn(bridge, ...)`` inside :func:`prepared`: no lasting change to the bridge."""
+
     @functools.wraps(fn)
     def wrapper(bridge, *args, **kwargs):
         with prepared(bridge):
             return fn(bridge, *args, **kwargs)
+
     return wrapper
 
 
@@ -198,9 +203,11 @@ def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) ->
     store = {}
     fwd = []
     for name, slots in _forward_hooks(graph):
+
         def rec(x, hook, slots=slots):
             for i, s in slots:
                 store[i] = (x if s is None else x[:, :, s]).detach()
+
         fwd.append((name, rec))
     with torch.no_grad():
         logits = bridge.run_with_hooks(tokens, fwd_hooks=list(hooks) + fwd)
@@ -223,7 +230,9 @@ def _method_config(method: str):
 
 
 @_on_prepared
-def edge_scores(bridge, graph: Graph, data: CounterfactualBatch, method: str = "eap", batch_size: int = 32, ig_steps: int = 5) -> torch.Tensor:
+def edge_scores(
+    bridge, graph: Graph, data: CounterfactualBatch, method: str = "eap", batch_size: int = 32, ig_steps: int = 5
+) -> torch.Tensor:
     """Edge scores [n_forward, n_backward] (zero off the graph).
 
     score(u->v) = sum over batch, position and hidden dim of
@@ -249,12 +258,14 @@ def edge_scores(bridge, graph: Graph, data: CounterfactualBatch, method: str = "
             grads = {}
             bwd_hooks = []
             for name, cols in slots.items():
+
                 def cap(x, hook, name=name):
                     # a fresh tensor: its gradient is the flow into this input only
                     # (the hook's own input may also feed the residual stream)
                     y = x.clone()
                     y.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach()))
                     return y
+
                 bwd_hooks.append((name, cap))
             if alpha is not None:
                 inp_clean, inp_corr = a_clean[:, :, 0], a_corr[:, :, 0]
@@ -266,6 +277,7 @@ def edge_scores(bridge, graph: Graph, data: CounterfactualBatch, method: str = "
                 def make_leaf(x, hook):
                     leaf["x"] = x.detach().requires_grad_(True)
                     return leaf["x"]
+
                 bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", make_leaf))
             with gim(bridge, cfg) if cfg is not None else nullcontext():
                 with with_hooks(bridge, bwd_hooks):
@@ -296,9 +308,11 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
     store = {}
     hooks = []
     for name, fslots in _forward_hooks(graph):
+
         def rec(x, hook, fslots=fslots):
             for i, s in fslots:
                 store[i] = (x if s is None else x[:, :, s]) - a_corr[:, :, i]
+
         hooks.append((name, rec))
     rep = graph.n_heads // graph.n_kv_heads
     for name, cols in graph.backward_slots().items():
@@ -324,13 +338,16 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
                 else:
                     x[:, :, s] = x[:, :, s] - delta
             return x
+
         hooks.append((name, fix))
     with prepared(bridge), with_hooks(bridge, hooks):
         yield
 
 
 @_on_prepared
-def run_circuit(bridge, graph: Graph, data: CounterfactualBatch, in_graph: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+def run_circuit(
+    bridge, graph: Graph, data: CounterfactualBatch, in_graph: torch.Tensor, batch_size: int = 64
+) -> torch.Tensor:
     """Per-row logit difference of the model with every edge outside ``in_graph`` patched."""
     out = []
     for b in data.batches(batch_size):
@@ -396,7 +413,15 @@ def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune:
 
 
 @_on_prepared
-def faithfulness_curve(bridge, graph: Graph, data: CounterfactualBatch, scores: torch.Tensor, fractions=FRACTIONS, absolute: bool = False, batch_size: int = 64) -> dict:
+def faithfulness_curve(
+    bridge,
+    graph: Graph,
+    data: CounterfactualBatch,
+    scores: torch.Tensor,
+    fractions=FRACTIONS,
+    absolute: bool = False,
+    batch_size: int = 64,
+) -> dict:
     """f(C) = (m(C) - m(empty)) / (m(M) - m(empty)) at each edge fraction, MIB's way:
     C = the top ``int(fraction * n_edges)`` edges with dangling edges pruned
     (``n_edges``: that count; ``n_kept``: the edges left after pruning)."""
@@ -407,8 +432,15 @@ def faithfulness_curve(bridge, graph: Graph, data: CounterfactualBatch, scores: 
         n = n_edges_at(frac, graph.n_edges)
         mask = top_edges(graph, scores, n, absolute)
         m = run_circuit(bridge, graph, data, mask, batch_size).mean().item()
-        rows.append({"fraction": frac, "n_edges": n, "n_kept": int(mask.sum()), "metric": m,
-                     "faithfulness": (m - m_empty) / (m_full - m_empty)})
+        rows.append(
+            {
+                "fraction": frac,
+                "n_edges": n,
+                "n_kept": int(mask.sum()),
+                "metric": m,
+                "faithfulness": (m - m_empty) / (m_full - m_empty),
+            }
+        )
     return {"m_full": m_full, "m_empty": m_empty, "points": rows}
 
 
@@ -437,7 +469,7 @@ def to_mib_json(graph: Graph, scores: torch.Tensor, in_graph: torch.Tensor | Non
         edges[name] = {"score": float(scores[i, j]), "in_graph": bool(in_graph[i, j])}
     nodes = {n: {"in_graph": False} for n in graph.forward}
     nodes["logits"] = {"in_graph": False}
-    for (i, j) in in_graph.nonzero().tolist():
+    for i, j in in_graph.nonzero().tolist():
         nodes[graph.forward[i]]["in_graph"] = True
         nodes[graph.backward[j].split("<")[0]]["in_graph"] = True
     cfg = {"n_layers": graph.n_layers, "n_heads": graph.n_heads, "parallel_attn_mlp": False, "d_model": graph.d_model}
@@ -452,7 +484,9 @@ class CircuitFileError(ValueError):
     """A MIB circuit file that cannot be used as it is; the message names the file."""
 
 
-def from_mib_json(path_or_dict, n_kv_heads: int | None = None, allow_partial: bool = False) -> tuple[Graph, torch.Tensor, torch.Tensor]:
+def from_mib_json(
+    path_or_dict, n_kv_heads: int | None = None, allow_partial: bool = False
+) -> tuple[Graph, torch.Tensor, torch.Tensor]:
     """Graph, edge scores and in-graph mask of a MIB circuit file (or its parsed dict).
 
     CircuitFileError (naming the file) for invalid JSON (e.g. truncated), a missing
@@ -510,7 +544,9 @@ def from_mib_json(path_or_dict, n_kv_heads: int | None = None, allow_partial: bo
 
 # ---------------------------------------------------------------- experiment -----
 @_on_prepared
-def localize(bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS, batch_size: int = 64, ig_steps: int = 5):
+def localize(
+    bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS, batch_size: int = 64, ig_steps: int = 5
+):
     """Scores of one method, and its two faithfulness curves (signed and absolute).
 
     Returns (graph, scores, curves DataFrame, summary dict with CPR and CMD).
@@ -524,7 +560,9 @@ def localize(bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS
     for kind, absolute in (("signed", False), ("absolute", True)):
         curve = faithfulness_curve(bridge, graph, data, scores, fractions, absolute, batch_size)
         for p in curve["points"]:
-            rows.append({"method": method, "ranking": kind, **p, "m_full": curve["m_full"], "m_empty": curve["m_empty"]})
+            rows.append(
+                {"method": method, "ranking": kind, **p, "m_full": curve["m_full"], "m_empty": curve["m_empty"]}
+            )
         f = [p["faithfulness"] for p in curve["points"]]
         if absolute:
             summary["cmd"] = cmd(fractions, f)
@@ -614,8 +652,20 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
                 row.update({f"{metric}_mean": ci["mean"], f"{metric}_lo": ci["lo"], f"{metric}_hi": ci["hi"]})
             row.update(cpr_wins=int((diff["cpr"] > 0).sum()), cmd_wins=int((diff["cmd"] < 0).sum()))
             rows.append(row)
-    cols = ["task", "row", "method", "n_models", "cpr_mean", "cpr_lo", "cpr_hi", "cmd_mean", "cmd_lo", "cmd_hi",
-            "cpr_wins", "cmd_wins"]
+    cols = [
+        "task",
+        "row",
+        "method",
+        "n_models",
+        "cpr_mean",
+        "cpr_lo",
+        "cpr_hi",
+        "cmd_mean",
+        "cmd_lo",
+        "cmd_hi",
+        "cpr_wins",
+        "cmd_wins",
+    ]
     out = pd.DataFrame(rows, columns=cols)
     return out.astype({"cpr_wins": "Int64", "cmd_wins": "Int64"})
 
@@ -641,19 +691,27 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
     def ci(r, metric):
         return fmt_ci({"mean": r[f"{metric}_mean"], "lo": r[f"{metric}_lo"], "hi": r[f"{metric}_hi"]})
 
-    toy = "; ".join(f"{r.method}: CPR {ci(r._asdict(), 'cpr')}, CMD {ci(r._asdict(), 'cmd')}"
-                    for r in pooled[pooled.row == "method"].itertuples())
+    toy = "; ".join(
+        f"{r.method}: CPR {ci(r._asdict(), 'cpr')}, CMD {ci(r._asdict(), 'cmd')}"
+        for r in pooled[pooled.row == "method"].itertuples()
+    )
     diffs = summ[summ.row == "difference"]
     for pair, d in diffs.groupby("method", sort=False):
-        per_task = ", ".join(f"{r.task} {ci(r._asdict(), 'cpr')} ({int(r.cpr_wins)}/{int(r.n_models)})"
-                             for r in d[d.task != "all"].itertuples())
+        per_task = ", ".join(
+            f"{r.task} {ci(r._asdict(), 'cpr')} ({int(r.cpr_wins)}/{int(r.n_models)})"
+            for r in d[d.task != "all"].itertuples()
+        )
         p = d[d.task == pooled.task.iloc[0]].iloc[0]
-        toy += (f"; paired CPR difference {pair.upper()} per model: {ci(p, 'cpr')}, GIM higher in "
-                f"{int(p.cpr_wins)}/{int(p.n_models)} models (per task: {per_task})")
+        toy += (
+            f"; paired CPR difference {pair.upper()} per model: {ci(p, 'cpr')}, GIM higher in "
+            f"{int(p.cpr_wins)}/{int(p.n_models)} models (per task: {per_task})"
+        )
     n_models = int(pooled.n_models.max()) if len(pooled) else 0
-    reason = ("MIB models/datasets are not in the local cache, so the claim about them is not run; "
-              f"on this workflow's toy models (mean over {n_models} models of all tasks, 95% t-interval over "
-              f"models; results/gim/tables/localization_summary.csv): {toy}")
+    reason = (
+        "MIB models/datasets are not in the local cache, so the claim about them is not run; "
+        f"on this workflow's toy models (mean over {n_models} models of all tasks, 95% t-interval over "
+        f"models; results/gim/tables/localization_summary.csv): {toy}"
+    )
     out["gim_best_mean_cpr"] = NotRun(reason)
     if mib is not None and len(mib) and {"gim", "eap", "eap-ig"} <= set(mib.method):
         from selfrepair.core.published import Holds
@@ -662,10 +720,13 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
         pairs = mib[["task", "model"]].drop_duplicates()
         others = [k for k in ("eap", "eap-ig") if k in m]
         holds = bool(all(m["gim"] > m[k] for k in others))
-        out["gim_best_mean_cpr"] = Holds(holds, "MIB models present locally, mean CPR over "
-                                         f"{len(pairs)} (model, dataset) pairs: " +
-                                         ", ".join(f"{k} {v:.3f}" for k, v in m.items()) +
-                                         " (Hybrid-ens and IFR are not implemented here)")
+        out["gim_best_mean_cpr"] = Holds(
+            holds,
+            "MIB models present locally, mean CPR over "
+            f"{len(pairs)} (model, dataset) pairs: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in m.items())
+            + " (Hybrid-ens and IFR are not implemented here)",
+        )
     if {"gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm"} <= set(df.method):
         unit = ["task", "model"] + (["seed"] if "seed" in df else [])
         piv = df.pivot_table(index=unit, columns="method", values="cpr")
@@ -676,23 +737,36 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
             f"({', '.join(unit)}, modification) cases"
         )
     if selfrepair is not None and len(selfrepair):
-        occ = "; ".join(f"{r.task}/{r.model}: {r.occurrences_mean:.1f} (min {r.occurrences_min}, max {r.occurrences_max})"
-                        for r in selfrepair.itertuples())
+        occ = "; ".join(
+            f"{r.task}/{r.model}: {r.occurrences_mean:.1f} (min {r.occurrences_min}, max {r.occurrences_max})"
+            for r in selfrepair.itertuples()
+        )
         out["gim_selfrepair_occurrences"] = NotRun(
-            f"the claim is about LLMs (not in the local cache); toy models, occurrences per input: {occ}")
-        sup = "; ".join(f"{r.task}/{r.model}: joint > sum in {r.frac_joint_exceeds_sum:.0%} of {r.n_rows_ablated} rows, "
-                        f"median interaction {r.interaction_median:.2f}" for r in selfrepair.itertuples())
+            f"the claim is about LLMs (not in the local cache); toy models, occurrences per input: {occ}"
+        )
+        sup = "; ".join(
+            f"{r.task}/{r.model}: joint > sum in {r.frac_joint_exceeds_sum:.0%} of {r.n_rows_ablated} rows, "
+            f"median interaction {r.interaction_median:.2f}"
+            for r in selfrepair.itertuples()
+        )
         out["gim_joint_ablation_superadditive"] = NotRun(f"the claim is about LLMs; toy models: {sup}")
     if fa is not None and len(fa):
         m = fa.groupby("method")[["comprehensiveness", "sufficiency", "ground_truth_hit"]].mean()
-        txt = "; ".join(f"{k}: comp {r.comprehensiveness:.3f}, suff {r.sufficiency:.3f}, hit {r.ground_truth_hit:.2f}"
-                        for k, r in m.iterrows())
+        txt = "; ".join(
+            f"{k}: comp {r.comprehensiveness:.3f}, suff {r.sufficiency:.3f}, hit {r.ground_truth_hit:.2f}"
+            for k, r in m.iterrows()
+        )
         out["gim_fa_comprehensiveness_sufficiency"] = NotRun(
             f"the claim is about instruction-tuned LLMs (not in the local cache); classification toy task, "
-            f"mean over models: {txt}")
-    out.setdefault("gim_fa_comprehensiveness_sufficiency", NotRun(
-        "feature attribution (comprehensiveness/sufficiency vs Gradient x Input, IG, DeepLIFT, LRP) is not "
-        "implemented in this workflow yet"))
+            f"mean over models: {txt}"
+        )
+    out.setdefault(
+        "gim_fa_comprehensiveness_sufficiency",
+        NotRun(
+            "feature attribution (comprehensiveness/sufficiency vs Gradient x Input, IG, DeepLIFT, LRP) is not "
+            "implemented in this workflow yet"
+        ),
+    )
     return out
 
 
@@ -701,7 +775,8 @@ def check_supported(bridge) -> None:
     if any(".ln1_post." in n or ".ln2_post." in n for n in bridge.hook_dict):
         raise NotImplementedError(
             "post-attention/post-MLP normalization (Gemma-2): per-head outputs do not add into the "
-            "residual stream, so MIB edges cannot be patched exactly on this bridge")
+            "residual stream, so MIB edges cannot be patched exactly on this bridge"
+        )
 
 
 def _model_tokenizer(model: str, search_paths, bridge):
@@ -717,8 +792,17 @@ def _model_tokenizer(model: str, search_paths, bridge):
     return bridge.tokenizer
 
 
-def run_mib(models: list[str], datasets: list[str], methods, n_eval: int, search_paths=None, batch_size: int = 32,
-            ig_steps: int = 5, fractions=FRACTIONS, device: str = "cpu"):
+def run_mib(
+    models: list[str],
+    datasets: list[str],
+    methods,
+    n_eval: int,
+    search_paths=None,
+    batch_size: int = 32,
+    ig_steps: int = 5,
+    fractions=FRACTIONS,
+    device: str = "cpu",
+):
     """MIB's circuit localization on every (model, dataset) present locally.
 
     Returns (status DataFrame: model, dataset, status, reason; localization rows;
@@ -750,5 +834,8 @@ def run_mib(models: list[str], datasets: list[str], methods, n_eval: int, search
                 curves.append(curve.assign(task=d, model=model))
             status.append({"model": model, "dataset": d, "status": "ran", "reason": f"{len(data)} pairs"})
     cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty"]
-    return (pd.DataFrame(status, columns=["model", "dataset", "status", "reason"]),
-            pd.DataFrame(rows, columns=cols), pd.concat(curves) if curves else pd.DataFrame())
+    return (
+        pd.DataFrame(status, columns=["model", "dataset", "status", "reason"]),
+        pd.DataFrame(rows, columns=cols),
+        pd.concat(curves) if curves else pd.DataFrame(),
+    )

@@ -34,7 +34,9 @@ def _embed(bridge, tokens):
     """Input of block 0 (token + position embedding) for ``tokens``."""
     store = {}
     with torch.no_grad():
-        bridge.run_with_hooks(tokens, fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: store.__setitem__("x", x.clone()))])
+        bridge.run_with_hooks(
+            tokens, fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: store.__setitem__("x", x.clone()))]
+        )
     return store["x"]
 
 
@@ -54,8 +56,16 @@ class _Wrapped(torch.nn.Module):
         return _logit(self.bridge, self.tokens, emb, self.pos, self.target)
 
 
-def attribute(bridge, tokens: torch.Tensor, pos: int, target: int, baseline_id: int, method: str, ig_steps: int = 20,
-              config: GIMConfig | None = None) -> torch.Tensor:
+def attribute(
+    bridge,
+    tokens: torch.Tensor,
+    pos: int,
+    target: int,
+    baseline_id: int,
+    method: str,
+    ig_steps: int = 20,
+    config: GIMConfig | None = None,
+) -> torch.Tensor:
     """Attribution [T] of one sequence ``tokens`` [1, T] to the logit of ``target`` at ``pos``
     (``config``: which GIM modifications, for ``gim``; all three by default). The
     parameters are frozen for the call only (no ``.grad`` is left on the model)."""
@@ -81,7 +91,9 @@ def _attribute(bridge, tokens, pos, target, baseline_id, method, ig_steps, confi
     if method == "grad_x_input":
         a = InputXGradient(model).attribute(emb.clone().requires_grad_(True))
     elif method == "integrated_gradients":
-        a = IntegratedGradients(model).attribute(emb.clone(), baselines=base, n_steps=ig_steps, internal_batch_size=ig_steps)
+        a = IntegratedGradients(model).attribute(
+            emb.clone(), baselines=base, n_steps=ig_steps, internal_batch_size=ig_steps
+        )
     elif method == "deeplift":
         a = DeepLift(model).attribute(emb.clone().requires_grad_(True), baselines=base)
     else:
@@ -100,7 +112,9 @@ def _lrp_cp(bridge):
 
 def _replaced_logit(bridge, tokens, pos, target, baseline_id, masks: torch.Tensor) -> torch.Tensor:
     """Target logit for each row of ``masks`` [R, T] (True: token replaced by the baseline)."""
-    toks = torch.where(masks, torch.full_like(masks, baseline_id, dtype=tokens.dtype), tokens.expand(masks.shape[0], -1))
+    toks = torch.where(
+        masks, torch.full_like(masks, baseline_id, dtype=tokens.dtype), tokens.expand(masks.shape[0], -1)
+    )
     with torch.no_grad():
         return bridge(toks)[:, pos, target]
 
@@ -109,7 +123,7 @@ def faithfulness_scores(bridge, tokens, pos, target, baseline_id, attribution: t
     """(comprehensiveness, sufficiency) of one attribution [T] (first and last token unranked)."""
     T = tokens.shape[1]
     rankable = torch.arange(1, T - 1)
-    order = rankable[torch.argsort(attribution[1:T - 1], descending=True)]
+    order = rankable[torch.argsort(attribution[1 : T - 1], descending=True)]
     n = len(order)
     with torch.no_grad():
         full = float(bridge(tokens)[0, pos, target])
@@ -120,10 +134,10 @@ def faithfulness_scores(bridge, tokens, pos, target, baseline_id, attribution: t
     for r, ratio in enumerate(RATIOS):
         m = int(round(ratio * n))
         if m:
-            masks[len(ks) + r, order[n - m:]] = True
+            masks[len(ks) + r, order[n - m :]] = True
     lg = _replaced_logit(bridge, tokens, pos, target, baseline_id, masks)
     comp = float((full - lg[: len(ks)]).mean()) / full
-    suff = float((full - lg[len(ks):]).mean()) / full
+    suff = float((full - lg[len(ks) :]).mean()) / full
     return comp, suff
 
 
@@ -137,7 +151,7 @@ def evaluate(bridge, data, truth: torch.Tensor, baseline_id: int, methods=METHOD
 def _evaluate(bridge, data, truth, baseline_id, methods, ig_steps) -> pd.DataFrame:
     rows = []
     for i in range(len(data)):
-        tokens = data.clean[i:i + 1]
+        tokens = data.clean[i : i + 1]
         pos, target = int(data.pos[i]), int(data.answer[i])
         rel = truth[i].nonzero().flatten()
         for method in methods:
@@ -147,8 +161,15 @@ def _evaluate(bridge, data, truth, baseline_id, methods, ig_steps) -> pd.DataFra
             inner[0] = inner[-1] = float("-inf")
             top = torch.topk(inner, len(rel)).indices
             hit = len(set(top.tolist()) & set(rel.tolist())) / max(1, len(rel))
-            rows.append({"example": i, "method": method, "comprehensiveness": comp, "sufficiency": suff,
-                         "ground_truth_hit": hit})
+            rows.append(
+                {
+                    "example": i,
+                    "method": method,
+                    "comprehensiveness": comp,
+                    "sufficiency": suff,
+                    "ground_truth_hit": hit,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -24,8 +24,13 @@ def patterns(bridge, tokens: torch.Tensor) -> torch.Tensor:
     """Attention patterns [N, L, H, T, T] of a clean run."""
     store = {}
     n_layers = bridge.cfg.n_layers
-    hooks = [(f"blocks.{layer}.attn.hook_pattern", (lambda layer: lambda x, hook: store.__setitem__(layer, x.detach()))(layer))
-             for layer in range(n_layers)]
+    hooks = [
+        (
+            f"blocks.{layer}.attn.hook_pattern",
+            (lambda layer: lambda x, hook: store.__setitem__(layer, x.detach()))(layer),
+        )
+        for layer in range(n_layers)
+    ]
     with torch.no_grad():
         bridge.run_with_hooks(tokens, fwd_hooks=hooks)
     return torch.stack([store[layer] for layer in range(n_layers)], dim=1)
@@ -40,7 +45,7 @@ def _ablate(bridge, data: CounterfactualBatch, jobs: list[tuple], batch_size: in
     """Logit difference of each job (input, layer, head, query, keys) with those scores at -inf."""
     out = []
     for a in range(0, len(jobs), batch_size):
-        chunk = jobs[a:a + batch_size]
+        chunk = jobs[a : a + batch_size]
         idx = torch.tensor([j[0] for j in chunk])
         sub = CounterfactualBatch(data.clean[idx], data.corrupt[idx], data.answer[idx], data.foil[idx], data.pos[idx])
         by_layer = {}
@@ -55,7 +60,9 @@ def _ablate(bridge, data: CounterfactualBatch, jobs: list[tuple], batch_size: in
                 x = x.clone()
                 x[r, h, q, k] = float("-inf")
                 return x
+
             return fn
+
         hooks = [(f"blocks.{layer}.attn.hook_attn_scores", make(e)) for layer, e in by_layer.items()]
         with torch.no_grad():
             logits = bridge.run_with_hooks(sub.clean, fwd_hooks=hooks)
@@ -80,18 +87,44 @@ def attention_selfrepair(bridge, data: CounterfactualBatch, threshold: float = 0
                     continue
                 top = torch.topk(w, 2)
                 k1, k2 = int(top.indices[0]), int(top.indices[1])
-                rows.append({"input": i, "layer": layer, "head": head, "query": q, "key1": k1, "key2": k2,
-                             "w1": float(top.values[0]), "w2": float(top.values[1])})
+                rows.append(
+                    {
+                        "input": i,
+                        "layer": layer,
+                        "head": head,
+                        "query": q,
+                        "key1": k1,
+                        "key2": k2,
+                        "w1": float(top.values[0]),
+                        "w2": float(top.values[1]),
+                    }
+                )
                 jobs += [(i, layer, head, q, (k1,)), (i, layer, head, q, (k2,)), (i, layer, head, q, (k1, k2))]
     ld = _ablate(bridge, data, jobs, batch_size)
     for n, row in enumerate(rows):
         b = float(base[row["input"]])
         e1, e2, e12 = (abs(b - float(ld[3 * n + j])) for j in range(3))
-        row.update(effect1=e1, effect2=e2, effect_joint=e12,
-                   interaction=(e12 - e1 - e2) / e12 if e12 > 0 else float("nan"))
+        row.update(
+            effect1=e1, effect2=e2, effect_joint=e12, interaction=(e12 - e1 - e2) / e12 if e12 > 0 else float("nan")
+        )
     per_input = pd.DataFrame({"input": range(len(data)), "occurrences": occ.tolist()})
-    return per_input, pd.DataFrame(rows, columns=["input", "layer", "head", "query", "key1", "key2", "w1", "w2",
-                                                  "effect1", "effect2", "effect_joint", "interaction"])
+    return per_input, pd.DataFrame(
+        rows,
+        columns=[
+            "input",
+            "layer",
+            "head",
+            "query",
+            "key1",
+            "key2",
+            "w1",
+            "w2",
+            "effect1",
+            "effect2",
+            "effect_joint",
+            "interaction",
+        ],
+    )
 
 
 def summarize(occ: pd.DataFrame, abl: pd.DataFrame) -> pd.DataFrame:
@@ -99,14 +132,20 @@ def summarize(occ: pd.DataFrame, abl: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (task, model), o in occ.groupby(["task", "model"]):
         a = abl[(abl.task == task) & (abl.model == model)]
-        sup = (a.effect_joint > a.effect1 + a.effect2)
-        rows.append({
-            "task": task, "model": model, "n_inputs": len(o),
-            "occurrences_mean": o.occurrences.mean(), "occurrences_min": o.occurrences.min(),
-            "occurrences_max": o.occurrences.max(), "n_rows_ablated": len(a),
-            "frac_joint_exceeds_sum": float(sup.mean()) if len(a) else float("nan"),
-            "interaction_median": float(a.interaction.median()) if len(a) else float("nan"),
-            "effect_joint_mean": float(a.effect_joint.mean()) if len(a) else float("nan"),
-            "effect_sum_mean": float((a.effect1 + a.effect2).mean()) if len(a) else float("nan"),
-        })
+        sup = a.effect_joint > a.effect1 + a.effect2
+        rows.append(
+            {
+                "task": task,
+                "model": model,
+                "n_inputs": len(o),
+                "occurrences_mean": o.occurrences.mean(),
+                "occurrences_min": o.occurrences.min(),
+                "occurrences_max": o.occurrences.max(),
+                "n_rows_ablated": len(a),
+                "frac_joint_exceeds_sum": float(sup.mean()) if len(a) else float("nan"),
+                "interaction_median": float(a.interaction.median()) if len(a) else float("nan"),
+                "effect_joint_mean": float(a.effect_joint.mean()) if len(a) else float("nan"),
+                "effect_sum_mean": float((a.effect1 + a.effect2).mean()) if len(a) else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)

@@ -22,7 +22,21 @@ def accuracy(model, data: CounterfactualBatch) -> float:
     return float((logits[rows, data.pos].argmax(-1) == data.answer).float().mean())
 
 
-def train_task_model(task, folder, n_layers: int, n_heads: int, d_model: int, d_mlp: int, seed: int, lr: float, batch_size: int, max_steps: int, eval_every: int = 200, target_accuracy: float = 0.99, device: str = "cpu") -> dict:
+def train_task_model(
+    task,
+    folder,
+    n_layers: int,
+    n_heads: int,
+    d_model: int,
+    d_mlp: int,
+    seed: int,
+    lr: float,
+    batch_size: int,
+    max_steps: int,
+    eval_every: int = 200,
+    target_accuracy: float = 0.99,
+    device: str = "cpu",
+) -> dict:
     """Train a GPT-2 toy on ``task`` and save it (with tokenizer and metadata) in ``folder``."""
     cfg = gpt2_toy_config(
         vocab_size=len(task.vocab), n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=d_mlp, n_ctx=task.n_ctx
@@ -34,8 +48,14 @@ def train_task_model(task, folder, n_layers: int, n_heads: int, d_model: int, d_
         return lm_batch(task.sample(batch_size, seed=seed * 1_000_003 + step))
 
     res = train(
-        model, batch_fn, lambda m: accuracy(m, held_out), lr=lr, max_steps=max_steps, eval_every=eval_every,
-        target_accuracy=target_accuracy, device=device,
+        model,
+        batch_fn,
+        lambda m: accuracy(m, held_out),
+        lr=lr,
+        max_steps=max_steps,
+        eval_every=eval_every,
+        target_accuracy=target_accuracy,
+        device=device,
     )
     meta = {"task": task.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
     save_model(model.cpu(), folder, meta)
@@ -43,11 +63,35 @@ def train_task_model(task, folder, n_layers: int, n_heads: int, d_model: int, d_
     return meta
 
 
-def train_toy_ioi(task: ToyIOI, folder, n_layers, n_heads, d_model, d_mlp, seed, lr, batch_size, max_steps, eval_every=250, target_accuracy=0.99, device="cpu") -> dict:
+def train_toy_ioi(
+    task: ToyIOI,
+    folder,
+    n_layers,
+    n_heads,
+    d_model,
+    d_mlp,
+    seed,
+    lr,
+    batch_size,
+    max_steps,
+    eval_every=250,
+    target_accuracy=0.99,
+    device="cpu",
+) -> dict:
     """The toy IOI task, trained with paper B's recipe (attention-head dropout)."""
-    model, res = train_toy(n_layers, n_heads, d_model, d_mlp, seed, lr=lr, batch_size=batch_size,
-                           max_steps=max_steps, eval_every=eval_every,
-                           target_accuracy=target_accuracy, device=device)
+    model, res = train_toy(
+        n_layers,
+        n_heads,
+        d_model,
+        d_mlp,
+        seed,
+        lr=lr,
+        batch_size=batch_size,
+        max_steps=max_steps,
+        eval_every=eval_every,
+        target_accuracy=target_accuracy,
+        device=device,
+    )
     meta = {"task": task.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
     save_model(model.cpu(), folder, meta)
     save_word_tokenizer(folder, task.vocab)
