@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report clean-env reference grid-full portability
+.PHONY: env reproduce test lint report clean-env reference grid-full portability status
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ lint: env
 
 report: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html
+
+# Where a run stands (running, killed, finished; each running job's last log line; how
+# many outputs exist). Safe beside a running workflow: no `env` step, no lock. Give the
+# run's options for the count: make status SNAKEMAKE_ARGS="--configfile ..." (or STATUS_ARGS=--no-summary).
+STATUS_ARGS ?=
+status:
+	$(BIN)/python -m selfrepair.core.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)
 
 clean-env:
 	rm -rf $(VENV)

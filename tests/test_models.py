@@ -93,3 +93,43 @@ def test_training_is_deterministic():
 
     a, b = run(), run()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _progress_run(**progress):
+    cfg = models.gpt2_toy_config(S.VOCAB, n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=32)
+    m = models.build_gpt2_toy(cfg, seed=3)
+    g = torch.Generator().manual_seed(3)
+    accs = iter([0.25, 0.5, 0.75])
+    res = train.train(m, lambda s: S.training_batch("reverse", 8, 3, 5, g), lambda mm: next(accs), max_steps=7, eval_every=3, target_accuracy=None, **progress)
+    return m.state_dict(), res
+
+
+def test_progress_lines_do_not_change_training(caplog, capsys):
+    """Progress lines at every step (and on the clock) leave the weights and the log as
+    with none; they go to the selfrepair.core.train logger, never to stdout."""
+    quiet, quiet_res = _progress_run(progress_seconds=None)
+    with caplog.at_level("INFO", logger="selfrepair.core.train"):
+        loud, loud_res = _progress_run(progress_steps=1, progress_seconds=0.0)
+    assert all(torch.equal(quiet[k], loud[k]) for k in quiet)
+    assert [r["loss"] for r in quiet_res.log] == [r["loss"] for r in loud_res.log]
+    lines = [r.getMessage() for r in caplog.records if r.name == "selfrepair.core.train"]
+    assert len(lines) == 7 and capsys.readouterr().out == ""
+    assert lines[0].startswith("train step 1/7 (14%) | loss ") and "no eval yet" in lines[0]
+    assert "eval acc 0.2500 at step 3" in lines[3] and "eval acc 0.5000 at step 6" in lines[5]
+    assert lines[6].startswith("train step 7/7 (100%)") and "eval acc 0.7500 at step 7" in lines[6]
+    assert all("steps/s" in x and "eta " in x for x in lines)
+
+
+def test_progress_defaults_to_evaluations_and_the_clock(caplog):
+    with caplog.at_level("INFO", logger="selfrepair.core.train"):
+        _progress_run()
+    lines = [r.getMessage() for r in caplog.records if r.name == "selfrepair.core.train"]
+    # a fast run: one line per evaluation (steps 3, 6 and the last step 7)
+    assert [x.split(" |")[0] for x in lines] == ["train step 3/7 (43%)", "train step 6/7 (86%)", "train step 7/7 (100%)"]
+    assert lines[-1].endswith("eta 0:00:00 to max_steps")
+
+
+def test_progress_line_numbers():
+    line = train.progress_line(250, 1000, 0.123456, 0.9, 200, 50.0)
+    assert line == "train step 250/1000 (25%) | loss 0.1235 | eval acc 0.9000 at step 200 | 5.0 steps/s | elapsed 0:00:50 | eta 0:02:30 to max_steps"
+    assert "eta ?" in train.progress_line(1, 10, 1.0, float("nan"), None, 0.0)

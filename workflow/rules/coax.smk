@@ -20,7 +20,10 @@ C_FIGURES = ["synthetic", "discovery", "wakeup", "knockout", "induction", "pruni
 C_IOI_FILES = ["scores", "discovery", "wake", "freeze", "knockout"]
 C_FIG_INPUTS = {  # each figure draws only its own table(s)
     "synthetic": {"synthetic": f"{C_DIR}/synthetic/auc.csv"},
-    "discovery": {"discovery": f"{C_TABLES}/ioi_discovery.csv"},
+    "discovery": {
+        "discovery": f"{C_TABLES}/ioi_discovery.csv",
+        "summary": f"{C_TABLES}/ioi_summary.csv",
+    },
     "wakeup": {"wake": f"{C_TABLES}/ioi_wake.csv"},
     "knockout": {"knockout": f"{C_TABLES}/ioi_knockout.csv"},
     "induction": {"induction": f"{C_TABLES}/induction.csv"},

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 ROLE_COLORS = {"hero": "#c0392b", "bloat": "#2471a3", "aligned": "#95a5a6"}
 
@@ -31,6 +32,22 @@ def _empty(ax, text="no kept seeds"):
     ax.set_axis_off()
 
 
+def _rho_title(task: str, rows: pd.DataFrame) -> str:
+    """The panel title from the task's row of the rho table (nothing is computed here).
+
+    ``n_kept`` counts the kept seeds with a defined rho: with none (every kept seed has
+    a constant G or C, e.g. an OOD accuracy of 0, so rho is undefined) the title says so
+    rather than 'nan ± nan (0 seeds)'; with one seed there is no sd.
+    """
+    n = int(rows["n_kept"].iloc[0]) if len(rows) else 0
+    if n == 0:
+        return f"{task}: no kept seeds with a defined rho"
+    r = rows.iloc[0]
+    if n == 1:
+        return f"{task}: rho = {r['mean']:.2f} (1 seed)"
+    return f"{task}: rho = {r['mean']:.2f} ± {r['sd']:.2f} ({n} seeds)"
+
+
 def g_vs_c(roles: pd.DataFrame, rho: pd.DataFrame, paths) -> None:
     tasks = list(dict.fromkeys(roles["task"]))
     fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5 * max(1, len(tasks)), 4), squeeze=False)
@@ -42,8 +59,7 @@ def g_vs_c(roles: pd.DataFrame, rho: pd.DataFrame, paths) -> None:
             continue
         for r, dd in d.groupby("role"):
             ax.scatter(dd["G"], dd["C"], s=14, alpha=0.75, color=ROLE_COLORS.get(r, "k"), label=r)
-        rr = rho[(rho["task"] == task) & (rho["measure"] == "rho")].iloc[0]
-        ax.set_title(f"{task}: rho = {rr['mean']:.2f} ± {rr['sd']:.2f} ({int(rr['n_kept'])} seeds)")
+        ax.set_title(_rho_title(task, rho[(rho["task"] == task) & (rho["measure"] == "rho")]))
         ax.set_xlabel("gradient magnitude G")
         ax.set_ylabel("causal importance C (accuracy drop)")
         ax.legend(frameon=False, fontsize=8)
@@ -53,7 +69,10 @@ def g_vs_c(roles: pd.DataFrame, rho: pd.DataFrame, paths) -> None:
 def waterfall(roles: pd.DataFrame, paths, threshold: float = 6) -> None:
     kept = roles[roles["status"] == "kept"]
     tasks = list(dict.fromkeys(roles["task"]))
-    fig, axes = plt.subplots(len(tasks), 1, figsize=(10, 3.2 * len(tasks)), squeeze=False)
+    # constrained layout keeps each panel's rotated component names clear of the next title
+    fig, axes = plt.subplots(max(1, len(tasks)), 1, figsize=(10, 3.4 * max(1, len(tasks))), squeeze=False, layout="constrained")
+    if not tasks:
+        _empty(axes[0, 0])
     for ax, task in zip(axes[:, 0], tasks):
         d = kept[kept["task"] == task].groupby("component", sort=False).agg(delta=("delta", "mean"), layer=("layer", "first")).reset_index()
         if d.empty:
@@ -66,6 +85,12 @@ def waterfall(roles: pd.DataFrame, paths, threshold: float = 6) -> None:
         ax.set_ylabel("mean Δ = rank(G) − rank(C)")
         ax.set_title(f"{task}: per-component rank difference (mean over kept seeds)")
         ax.tick_params(axis="x", rotation=90, labelsize=7)
+    legend = [
+        Patch(color=ROLE_COLORS["hero"], label=f"hidden hero (Δ ≤ −{threshold:g})"),
+        Patch(color=ROLE_COLORS["bloat"], label=f"gradient bloat (Δ ≥ {threshold:g})"),
+        Patch(color=ROLE_COLORS["aligned"], label="aligned"),
+    ]
+    fig.legend(handles=legend, loc="outside upper center", ncols=3, frameon=False, fontsize=8)
     save(fig, paths)
 
 

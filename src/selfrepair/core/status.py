@@ -1,0 +1,435 @@
+"""Where a workflow stands: running, finished, failed or killed, and what it is doing.
+
+    python -m selfrepair.core.status [--directory DIR] [--logs N] [--no-summary] [-- SNAKEMAKE_ARGS]
+    make status
+
+Read from the working directory's files only (instant, safe while a run goes on; it
+writes nothing there):
+
+* ``.snakemake/locks/``: a Snakemake run holds the directory (or one was killed hard,
+  e.g. ``kill -9``, out of memory, a power cut: then the lock is stale). On Linux the
+  command also looks for a Snakemake process working in the directory.
+* ``.snakemake/log/*.snakemake.log``, the newest run's own log: which jobs it started,
+  which finished or failed, its ``k of n steps`` count, whether it ended.
+* ``.snakemake/incomplete/``: the outputs of jobs that started and did not finish
+  (running now, or interrupted: the next run reruns them).
+* ``logs/**/*.log``, the jobs' own logs: the last line of each running job's log (a
+  training job writes a progress line with its ETA at least every 30 s) and of the
+  newest logs.
+
+Then, unless ``--no-summary``, how many of the default target's output files exist:
+``snakemake --summary --nolock`` in a subprocess. It costs what a dry run costs (it
+builds the DAG and checks every output's date, code and params: 1-2 s for the tiny
+and the default config on an empty directory, a few seconds with all results; it takes
+no lock and changes no result, but Snakemake writes a short log of it in .snakemake/log).
+It uses the Snakefile and config files the newest run used, and that run's ``--config``
+values, unless SNAKEMAKE_ARGS are given after ``--`` (``make status SNAKEMAKE_ARGS=...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"
+MISSING = {"missing", "removed temp file", "file local to node", "pipe file", "service file"}
+
+
+# ----------------------------------------------------------------------------------
+# Snakemake's files
+# ----------------------------------------------------------------------------------
+def decode_marker(root: Path, path: Path) -> str:
+    """The output file an ``.snakemake/incomplete`` marker stands for: Snakemake names it
+    by the urlsafe base64 of the path, cut into pieces (all but the last start with @)."""
+    parts = [p[1:] if p.startswith("@") else p for p in path.relative_to(root).parts]
+    return base64.urlsafe_b64decode("".join(parts).encode()).decode()
+
+
+def incomplete_outputs(directory: Path) -> dict[str, float]:
+    """Output -> the time its job started (the marker's mtime)."""
+    root = directory / ".snakemake" / "incomplete"
+    out = {}
+    for p in sorted(root.rglob("*")) if root.is_dir() else []:
+        if p.is_file() and p.name != "migration_underway":
+            try:
+                out[decode_marker(root, p)] = p.stat().st_mtime
+            except (ValueError, UnicodeDecodeError):
+                continue
+    return out
+
+
+def locks(directory: Path) -> dict:
+    """The lock files, the number of files they hold and since when."""
+    files = sorted((directory / ".snakemake" / "locks").glob("*.lock"))
+    held = {"input": 0, "output": 0}
+    for f in files:
+        kind = "output" if f.name.endswith(".output.lock") else "input"
+        held[kind] += sum(1 for line in f.read_text(errors="replace").splitlines() if line.strip())
+    since = min((f.stat().st_mtime for f in files), default=None)
+    return {"files": [f.name for f in files], "inputs": held["input"], "outputs": held["output"], "since": since}
+
+
+@dataclass
+class Job:
+    jobid: str
+    rule: str
+    started: str = ""
+    outputs: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    state: str = "running"  # running, finished or failed
+
+
+@dataclass
+class RunLog:
+    path: Path | None = None
+    command: str = ""
+    snakefile: str = ""
+    configfiles: list[str] = field(default_factory=list)
+    config_md5: str = ""
+    jobs: dict[str, Job] = field(default_factory=dict)
+    steps: str = ""  # the last "k of n steps (x%) done"
+    ended: bool = False  # the run wrote its closing line ("Complete log(s)")
+    failed: bool = False
+    killed_on_request: bool = False
+
+
+_BLOCK = re.compile(r"^(?:local)?rule (\S+):$")
+_FIELD = re.compile(r"^\s+(\w+): (.*)$")
+_FINISHED = re.compile(r"^Finished jobid: (\S+)")
+_ERROR = re.compile(r"^Error in rule (\S+):$")
+_STEPS = re.compile(r"^(\d+ of \d+ steps \(\d+%\) done)")
+
+
+def parse_run_log(text: str, path: Path | None = None) -> RunLog:
+    """What a ``.snakemake/log/*.snakemake.log`` says about its run."""
+    run = RunLog(path=path)
+    stamp, block, error = "", None, None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("Command: "):
+            run.command = s[len("Command: ") :]
+        elif s.startswith("Snakefile: "):
+            run.snakefile = s[len("Snakefile: ") :]
+        elif s.startswith("Config file(s): "):
+            run.configfiles = re.findall(r"'([^']+)'", s)
+        elif s.startswith("Config MD5: "):
+            run.config_md5 = s[len("Config MD5: ") :]
+        if line.startswith("[") and line.endswith("]"):
+            stamp, block, error = line[1:-1], None, None
+        elif m := _BLOCK.match(line):
+            block, error = Job(jobid="", rule=m.group(1), started=stamp), None
+        elif m := _ERROR.match(line):
+            block, error = None, m.group(1)
+            run.failed = True
+        elif m := _FIELD.match(line):
+            key, value = m.groups()
+            if block is not None:
+                if key in ("output", "log"):
+                    setattr(
+                        block,
+                        "outputs" if key == "output" else "log",
+                        [v.strip() for v in value.split(",") if v.strip()],
+                    )
+                elif key == "jobid":
+                    block.jobid = value.strip()
+                    run.jobs[block.jobid] = block
+            elif error is not None and key == "jobid" and value.strip() in run.jobs:
+                run.jobs[value.strip()].state = "failed"
+        elif m := _FINISHED.match(line):
+            if m.group(1) in run.jobs:
+                run.jobs[m.group(1)].state = "finished"
+        elif m := _STEPS.match(line):
+            run.steps = m.group(1)
+        elif line.startswith("Complete log(s):"):
+            run.ended = True
+        elif line.startswith("Terminating processes on user request"):
+            run.killed_on_request = True
+        elif line.startswith("Exiting because a job execution failed"):
+            run.failed = True
+    return run
+
+
+def newest_run_log(directory: Path) -> RunLog:
+    """The newest log of a run that executed (not the short log of a --summary)."""
+    logs = sorted((directory / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.name, reverse=True)
+    for p in logs:
+        text = p.read_text(errors="replace")
+        if "Provided cores" in text or "Job stats:" in text or "Nothing to be done" in text:
+            return parse_run_log(text, p)
+    return RunLog()
+
+
+def last_line(path: Path, width: int = 200) -> str:
+    """The last non-empty line of a text file (read from its end), shortened to ``width``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    line = lines[-1].strip() if lines else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def job_logs(directory: Path, n: int) -> list[tuple[Path, float]]:
+    """The ``n`` most recently written ``logs/**/*.log``, newest first, with their mtime."""
+    found = []
+    for p in (directory / "logs").rglob("*.log") if (directory / "logs").is_dir() else []:
+        try:
+            found.append((p, p.stat().st_mtime))
+        except OSError:
+            continue
+    return sorted(found, key=lambda x: (-x[1], str(x[0])))[:n]
+
+
+def snakemake_processes(directory: Path) -> list[int] | None:
+    """The Snakemake processes of this machine working in ``directory`` (None where /proc
+    cannot tell: not Linux, or processes of other users)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    target, found, unreadable = directory.resolve(), [], False
+    for p in proc.iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+            words = [os.path.basename(a.decode(errors="replace")) for a in argv[:3]]
+            if "snakemake" not in words and not (len(argv) > 2 and argv[1:3] == [b"-m", b"snakemake"]):
+                continue
+            if Path(os.readlink(p / "cwd")) == target:
+                found.append(int(p.name))
+        except PermissionError:
+            unreadable = True
+        except OSError:
+            continue
+    return found if found or not unreadable else None
+
+
+# ----------------------------------------------------------------------------------
+# The default target, through snakemake --summary
+# ----------------------------------------------------------------------------------
+def summary_args(run: RunLog) -> list[str]:
+    """The newest run's config: its config files and its ``--config`` values."""
+    args = ["--configfile", *run.configfiles] if run.configfiles else []
+    words = shlex.split(run.command) if run.command else []
+    if "--config" in words:
+        values = []
+        for w in words[words.index("--config") + 1 :]:
+            if w.startswith("-"):
+                break
+            values.append(w)
+        if values:
+            args += ["--config", *values]
+    return args
+
+
+def parse_summary(text: str) -> dict:
+    """Counts of ``snakemake --summary`` rows: outputs, existing, up to date, to rebuild
+    (with why), missing, and those whose job would run."""
+    rows = [line.split("\t") for line in text.splitlines() if line.count("\t") >= 5]
+    rows = [r for r in rows if r[0] != "output_file"]
+    exist = [r for r in rows if r[-2] not in MISSING]
+    why: dict[str, int] = {}
+    for r in exist:
+        if r[-2] != "ok":
+            why[r[-2]] = why.get(r[-2], 0) + 1
+    return {
+        "outputs": len(rows),
+        "exist": len(exist),
+        "up_to_date": sum(r[-2] == "ok" and r[-1] == "no update" for r in exist),
+        "missing": len(rows) - len(exist),
+        "pending": sum(r[-1] == "update pending" for r in rows),
+        "why": why,
+    }
+
+
+def target_summary(directory: Path, snakefile: Path, args: list[str], timeout: float = 600) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(snakefile),
+        "--directory",
+        str(directory),
+        "--summary",
+        "--nolock",
+        *args,
+    ]
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, HF_HUB_OFFLINE="1")
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"snakemake --summary took more than {timeout:.0f} s", "command": cmd}
+    out = {"seconds": time.perf_counter() - t0, "command": cmd}
+    if r.returncode != 0:
+        return out | {"error": "\n".join(r.stderr.strip().splitlines()[-6:])}
+    md5 = re.search(r"Config MD5: (\S+)", r.stderr)
+    return out | parse_summary(r.stdout) | {"config_md5": md5.group(1) if md5 else ""}
+
+
+# ----------------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------------
+def _ago(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s ago"
+    if s < 7200:
+        return f"{s // 60}m ago"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m ago"
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _outputs(files: list[str], n: int = 2) -> str:
+    return ", ".join(files[:n]) + (f" (+{len(files) - n} more)" if len(files) > n else "")
+
+
+def state(
+    directory: Path, now: float | None = None, n_logs: int = 5, processes: list[int] | None | bool = False
+) -> tuple[str, list[str]]:
+    """The state word (running, stale lock, finished, failed, killed, not run) and the
+    report's lines, from the directory's files only. ``processes`` is the answer of
+    ``snakemake_processes`` (False: ask it)."""
+    now = time.time() if now is None else now
+    lk, run, marked = locks(directory), newest_run_log(directory), incomplete_outputs(directory)
+    procs = snakemake_processes(directory) if processes is False else processes
+    open_jobs = [j for j in run.jobs.values() if j.state == "running" and j.rule != "all"]
+    failed = [j for j in run.jobs.values() if j.state == "failed"]
+    if lk["files"] and procs == []:
+        word = "stale lock"
+        head = (
+            f"STALE LOCK? .snakemake/locks holds {lk['outputs']} outputs since {_clock(lk['since'])}, but no Snakemake "
+            "process on this machine works in this directory: the run was killed hard (kill -9, out of memory, "
+            "a power cut) or runs on another machine. If it was killed: snakemake --unlock, then run again "
+            "(it reruns the interrupted jobs)."
+        )
+    elif lk["files"]:
+        word = "running"
+        pids = f" (pid {', '.join(map(str, procs))})" if procs else ""
+        head = f"RUNNING{pids}: a Snakemake run holds the directory since {_clock(lk['since'])} ({_ago(now - lk['since'])}), locking {lk['outputs']} outputs."
+    elif run.path is None:
+        word = "not run"
+        head = "NOT RUN: no Snakemake run has executed jobs in this directory (.snakemake/log has no run log)."
+    elif not run.ended:
+        word = "killed"
+        head = "KILLED: the newest run stopped without closing its log (and left no lock)."
+    elif run.failed:
+        word = "failed"
+        head = "FAILED: the newest run ended with a failed job (see below and its log)."
+    elif run.killed_on_request:
+        word = "killed"
+        head = "STOPPED: the newest run was stopped on request (Ctrl-C or kill)."
+    else:
+        word = "finished"
+        head = "FINISHED: the newest run ended and holds no lock."
+    lines = [f"Workflow in {directory.resolve()} at {_clock(now)}", head]
+    if run.path is not None:
+        lines.append(f"  newest run: {run.path.relative_to(directory)}" + (f", {run.steps}" if run.steps else ""))
+    running = word == "running"
+    if open_jobs:
+        lines.append(f"{'Running' if running else 'Interrupted'} jobs ({len(open_jobs)}), by start:")
+        for j in open_jobs:
+            lines.append(f"  {j.rule} (jobid {j.jobid}, started {j.started}): {_outputs(j.outputs)}")
+            for lg in j.log:
+                p = directory / lg
+                if p.exists():
+                    lines.append(f"    {lg} (written {_ago(now - p.stat().st_mtime)}): {last_line(p)}")
+                else:
+                    lines.append(f"    {lg}: not written yet")
+    for j in failed:
+        lines.append(
+            f"Failed: {j.rule} (jobid {j.jobid}): {_outputs(j.outputs)}"
+            + (f"; log {', '.join(j.log)}: {last_line(directory / j.log[0])}" if j.log else "")
+        )
+    known = {o for j in open_jobs for o in j.outputs}
+    left = {o: t for o, t in marked.items() if o not in known}
+    if left:
+        what = (
+            "started, not finished"
+            if running
+            else "interrupted: the next run reruns them (snakemake may ask for --rerun-incomplete)"
+        )
+        lines.append(f"Outputs marked incomplete in .snakemake/incomplete ({len(left)}; {what}):")
+        for o, t in sorted(left.items(), key=lambda x: x[1])[:10]:
+            lines.append(f"  {o} (since {_clock(t)})")
+        if len(left) > 10:
+            lines.append(f"  ... and {len(left) - 10} more")
+    logs = job_logs(directory, n_logs)
+    if logs:
+        lines.append("Newest job logs (logs/**/*.log):")
+        for p, t in logs:
+            lines.append(f"  {_clock(t)}  {p.relative_to(directory)}: {last_line(p, 160)}")
+    return word, lines
+
+
+def summary_lines(directory: Path, run: RunLog, snakefile: Path | None, args: list[str] | None) -> list[str]:
+    snakefile = Path(
+        snakefile or run.snakefile or (REPO_SNAKEFILE if REPO_SNAKEFILE.exists() else directory / "Snakefile")
+    )
+    if not snakefile.exists():
+        return [f"Default target: no Snakefile at {snakefile} (pass --snakefile)"]
+    own = args is None
+    args = summary_args(run) if own else args
+    s = target_summary(directory, snakefile, args)
+    if "error" in s:
+        return ["Default target: snakemake --summary failed:", *("  " + x for x in s["error"].splitlines())]
+    why = ", ".join(f"{k}: {v}" for k, v in sorted(s["why"].items()))
+    lines = [
+        f"Default target (snakemake --summary, {s['seconds']:.1f} s{', the newest run’s config' if own and args else ''}):",
+        f"  {s['exist']} of {s['outputs']} output files exist, {s['up_to_date']} up to date"
+        + (f", {s['exist'] - s['up_to_date']} to be rebuilt ({why})" if s["exist"] > s["up_to_date"] else "")
+        + f"; {s['missing']} missing; a run would (re)make {s['pending']}.",
+    ]
+    if run.config_md5 and s.get("config_md5") and s["config_md5"] != run.config_md5:
+        lines.append("  note: this config differs from the newest run's (Config MD5): pass its arguments after --")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m selfrepair.core.status",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--directory", "-d", default=".", help="the workflow's working directory (default: .)")
+    ap.add_argument("--logs", type=int, default=5, help="how many of the newest job logs to show (default 5)")
+    ap.add_argument("--no-summary", action="store_true", help="skip snakemake --summary (files only, instant)")
+    ap.add_argument(
+        "--snakefile", "-s", default=None, help="for --summary (default: the newest run's, else the repository's)"
+    )
+    ap.add_argument(
+        "snakemake_args",
+        nargs=argparse.REMAINDER,
+        help="after --: arguments for snakemake --summary (e.g. --configfile ...)",
+    )
+    a = ap.parse_args(argv)
+    directory = Path(a.directory)
+    if not directory.is_dir():
+        ap.error(f"no directory {directory}")
+    extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
+    word, lines = state(directory, n_logs=a.logs)
+    print("\n".join(lines), flush=True)
+    if not a.no_summary:
+        print("\n".join(summary_lines(directory, newest_run_log(directory), a.snakefile, extra or None)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
