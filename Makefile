@@ -32,6 +32,7 @@ lint: env
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/ruff check src scripts tests benchmarks
+	$(BIN)/ruff format --check src scripts tests benchmarks
 
 report: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html

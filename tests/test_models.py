@@ -23,7 +23,14 @@ def test_position_table_stays_zero_during_training():
     cfg = models.gpt2_toy_config(S.VOCAB, n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=32)
     m = models.build_gpt2_toy(cfg, seed=0)
     g = torch.Generator().manual_seed(0)
-    train.train(m, lambda s: S.training_batch("sort", 8, 3, 4, g), lambda mm: 0.0, max_steps=3, eval_every=3, target_accuracy=None)
+    train.train(
+        m,
+        lambda s: S.training_batch("sort", 8, 3, 4, g),
+        lambda mm: 0.0,
+        max_steps=3,
+        eval_every=3,
+        target_accuracy=None,
+    )
     assert torch.count_nonzero(m.transformer.wpe.weight) == 0
 
 
@@ -88,7 +95,14 @@ def test_training_is_deterministic():
         cfg = models.gpt2_toy_config(S.VOCAB, n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=32)
         m = models.build_gpt2_toy(cfg, seed=3)
         g = torch.Generator().manual_seed(3)
-        train.train(m, lambda s: S.training_batch("reverse", 8, 3, 5, g), lambda mm: 0.0, max_steps=5, eval_every=5, target_accuracy=None)
+        train.train(
+            m,
+            lambda s: S.training_batch("reverse", 8, 3, 5, g),
+            lambda mm: 0.0,
+            max_steps=5,
+            eval_every=5,
+            target_accuracy=None,
+        )
         return m.state_dict()
 
     a, b = run(), run()
@@ -100,7 +114,15 @@ def _progress_run(**progress):
     m = models.build_gpt2_toy(cfg, seed=3)
     g = torch.Generator().manual_seed(3)
     accs = iter([0.25, 0.5, 0.75])
-    res = train.train(m, lambda s: S.training_batch("reverse", 8, 3, 5, g), lambda mm: next(accs), max_steps=7, eval_every=3, target_accuracy=None, **progress)
+    res = train.train(
+        m,
+        lambda s: S.training_batch("reverse", 8, 3, 5, g),
+        lambda mm: next(accs),
+        max_steps=7,
+        eval_every=3,
+        target_accuracy=None,
+        **progress,
+    )
     return m.state_dict(), res
 
 
@@ -125,11 +147,18 @@ def test_progress_defaults_to_evaluations_and_the_clock(caplog):
         _progress_run()
     lines = [r.getMessage() for r in caplog.records if r.name == "selfrepair.core.train"]
     # a fast run: one line per evaluation (steps 3, 6 and the last step 7)
-    assert [x.split(" |")[0] for x in lines] == ["train step 3/7 (43%)", "train step 6/7 (86%)", "train step 7/7 (100%)"]
+    assert [x.split(" |")[0] for x in lines] == [
+        "train step 3/7 (43%)",
+        "train step 6/7 (86%)",
+        "train step 7/7 (100%)",
+    ]
     assert lines[-1].endswith("eta 0:00:00 to max_steps")
 
 
 def test_progress_line_numbers():
     line = train.progress_line(250, 1000, 0.123456, 0.9, 200, 50.0)
-    assert line == "train step 250/1000 (25%) | loss 0.1235 | eval acc 0.9000 at step 200 | 5.0 steps/s | elapsed 0:00:50 | eta 0:02:30 to max_steps"
+    assert (
+        line
+        == "train step 250/1000 (25%) | loss 0.1235 | eval acc 0.9000 at step 200 | 5.0 steps/s | elapsed 0:00:50 | eta 0:02:30 to max_steps"
+    )
     assert "eta ?" in train.progress_line(1, 10, 1.0, float("nan"), None, 0.0)

@@ -70,16 +70,30 @@ def waterfall(roles: pd.DataFrame, paths, threshold: float = 6) -> None:
     kept = roles[roles["status"] == "kept"]
     tasks = list(dict.fromkeys(roles["task"]))
     # constrained layout keeps each panel's rotated component names clear of the next title
-    fig, axes = plt.subplots(max(1, len(tasks)), 1, figsize=(10, 3.4 * max(1, len(tasks))), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        max(1, len(tasks)), 1, figsize=(10, 3.4 * max(1, len(tasks))), squeeze=False, layout="constrained"
+    )
     if not tasks:
         _empty(axes[0, 0])
     for ax, task in zip(axes[:, 0], tasks):
-        d = kept[kept["task"] == task].groupby("component", sort=False).agg(delta=("delta", "mean"), layer=("layer", "first")).reset_index()
+        d = (
+            kept[kept["task"] == task]
+            .groupby("component", sort=False)
+            .agg(delta=("delta", "mean"), layer=("layer", "first"))
+            .reset_index()
+        )
         if d.empty:
             _empty(ax)
             continue
         d = d.sort_values("delta")
-        colors = [ROLE_COLORS["hero"] if x <= -threshold else ROLE_COLORS["bloat"] if x >= threshold else ROLE_COLORS["aligned"] for x in d["delta"]]
+        colors = [
+            ROLE_COLORS["hero"]
+            if x <= -threshold
+            else ROLE_COLORS["bloat"]
+            if x >= threshold
+            else ROLE_COLORS["aligned"]
+            for x in d["delta"]
+        ]
         ax.bar(d["component"], d["delta"], color=colors)
         ax.axhline(0, color="k", lw=0.6)
         ax.set_ylabel("mean Δ = rank(G) − rank(C)")
@@ -97,7 +111,9 @@ def waterfall(roles: pd.DataFrame, paths, threshold: float = 6) -> None:
 def roles_by_layer(table: pd.DataFrame, paths) -> None:
     tasks = list(dict.fromkeys(table["task"])) if not table.empty else []
     ths = sorted(table["threshold"].unique()) if not table.empty else []
-    fig, axes = plt.subplots(max(1, len(tasks)), max(1, len(ths)), figsize=(3.6 * max(1, len(ths)), 3 * max(1, len(tasks))), squeeze=False)
+    fig, axes = plt.subplots(
+        max(1, len(tasks)), max(1, len(ths)), figsize=(3.6 * max(1, len(ths)), 3 * max(1, len(tasks))), squeeze=False
+    )
     if table.empty:
         _empty(axes[0, 0])
     for i, task in enumerate(tasks):
@@ -179,7 +195,11 @@ def attention(stats: pd.DataFrame, patterns: pd.DataFrame, paths) -> None:
             _empty(ax, f"no {role} head")
             continue
         pick = cand.sort_values("entropy").iloc[0] if role == "hero" else cand.sort_values("entropy").iloc[-1]
-        p = patterns[(patterns["task"] == pick["task"]) & (patterns["seed"] == pick["seed"]) & (patterns["component"] == pick["component"])]
+        p = patterns[
+            (patterns["task"] == pick["task"])
+            & (patterns["seed"] == pick["seed"])
+            & (patterns["component"] == pick["component"])
+        ]
         n = int(p["query"].max()) + 1
         m = np.full((n, n), np.nan)
         m[p["query"].astype(int), p["key"].astype(int)] = p["weight"]

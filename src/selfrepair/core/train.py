@@ -49,7 +49,9 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def progress_line(step: int, max_steps: int, loss: float, accuracy: float, eval_step: int | None, seconds: float) -> str:
+def progress_line(
+    step: int, max_steps: int, loss: float, accuracy: float, eval_step: int | None, seconds: float
+) -> str:
     """One progress line: where the loop is, its last loss and evaluation, its speed
     (steps/s since the start, evaluations included) and the time left to ``max_steps``
     at that speed (an upper bound when a target accuracy can stop it earlier)."""
@@ -122,7 +124,11 @@ def train(
             if log_fn:
                 log_fn(row)
         now = time.perf_counter()
-        if evaluated or (progress_steps and step % progress_steps == 0) or (progress_seconds is not None and now - last_line >= progress_seconds):
+        if (
+            evaluated
+            or (progress_steps and step % progress_steps == 0)
+            or (progress_seconds is not None and now - last_line >= progress_seconds)
+        ):
             LOG.info("%s", progress_line(step, max_steps, value, acc, eval_step, now - t0))
             last_line = now
         if evaluated and target_accuracy is not None and acc >= target_accuracy:

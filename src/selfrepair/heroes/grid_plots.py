@@ -31,7 +31,16 @@ def rho_by_cell(seeds: pd.DataFrame, rho: pd.DataFrame, paths) -> None:
             r = rho[(rho["cell"] == cell) & (rho["task"] == task)]
             if len(r) and not np.isnan(r["rho_mean"].iloc[0]):
                 m, lo, hi = (float(r[c].iloc[0]) for c in ("rho_mean", "ci_lo", "ci_hi"))
-                ax.errorbar(i + 0.25, m, yerr=[[m - lo], [hi - m]] if not np.isnan(lo) else None, fmt="D", color="#c0392b", ms=5, capsize=3, zorder=4)
+                ax.errorbar(
+                    i + 0.25,
+                    m,
+                    yerr=[[m - lo], [hi - m]] if not np.isnan(lo) else None,
+                    fmt="D",
+                    color="#c0392b",
+                    ms=5,
+                    capsize=3,
+                    zorder=4,
+                )
         ax.set_xticks(range(len(cells)), cells, rotation=30, ha="right", fontsize=8)
         ax.axhline(0, color="k", lw=0.5)
         ax.set_title(f"{task}: rho(G, C) per protocol cell")
@@ -80,7 +89,15 @@ def superadditivity(table: pd.DataFrame, paths) -> None:
             ratio = g["ratio"].astype(float).values
             lo = np.nan_to_num(ratio - g["ci_lo"].astype(float).values, nan=0.0)
             hi = np.nan_to_num(g["ci_hi"].astype(float).values - ratio, nan=0.0)
-            ax.errorbar(x, ratio, yerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], fmt="o", color=color, capsize=3, label=label)
+            ax.errorbar(
+                x,
+                ratio,
+                yerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)],
+                fmt="o",
+                color=color,
+                capsize=3,
+                label=label,
+            )
         ax.axhline(1, color="k", lw=0.5)
         ax.set_yscale("symlog", linthresh=1)  # ratios span -5..150 across cells
         if task == "sort":
