@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm")
+GRADIENT_POINTS = ("clean", "corrupted")  # edge_scores(gradient_at=...): noising, denoising
 
 
 # ---------------------------------------------------------------- names ----------
@@ -231,7 +232,13 @@ def _method_config(method: str):
 
 @_on_prepared
 def edge_scores(
-    bridge, graph: Graph, data: CounterfactualBatch, method: str = "eap", batch_size: int = 32, ig_steps: int = 5
+    bridge,
+    graph: Graph,
+    data: CounterfactualBatch,
+    method: str = "eap",
+    batch_size: int = 32,
+    ig_steps: int = 5,
+    gradient_at: str = "clean",
 ) -> torch.Tensor:
     """Edge scores [n_forward, n_backward] (zero off the graph).
 
@@ -241,9 +248,21 @@ def edge_scores(
     interpolated from corrupt to clean at k/steps, k = 0..steps-1. ``gim*``: EAP
     under the GIM backward (all three modifications, or all but one).
     One forward and one backward per batch (and per IG step).
+
+    ``gradient_at`` (``eap`` and ``gim*``), where dL/d(input of v) is taken:
+    ``"clean"`` (default; MIB's and the papers' numbers): on the clean run, the
+    noising estimate of L(clean with u->v patched to corrupt) - L(clean), which is
+    what the faithfulness evaluation patches. ``"corrupted"``: on the corrupted run,
+    the denoising estimate of logit_diff(corrupt with u->v restored to clean) -
+    logit_diff(corrupt), TransformerLens's ``attribution_patch`` (edge granularity,
+    summed over positions). Both have the same sign: positive favours the answer.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; one of {METHODS}")
+    if gradient_at not in GRADIENT_POINTS:
+        raise ValueError(f"unknown gradient_at {gradient_at!r}; one of {GRADIENT_POINTS}")
+    if gradient_at != "clean" and method == "eap-ig":
+        raise ValueError("eap-ig integrates along the corrupt -> clean path; gradient_at applies to eap and gim*")
     cfg = _method_config(method)
     slots = graph.backward_slots()
     rep = graph.n_heads // graph.n_kv_heads
@@ -281,7 +300,7 @@ def edge_scores(
                 bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", make_leaf))
             with gim(bridge, cfg) if cfg is not None else nullcontext():
                 with with_hooks(bridge, bwd_hooks):
-                    logits = bridge(b.clean)
+                    logits = bridge(b.clean if gradient_at == "clean" else b.corrupt)
                     loss = -logit_diff(logits, b).sum()
                     loss.backward()
             G = torch.zeros(diff.shape[0], diff.shape[1], len(graph.backward), graph.d_model)
