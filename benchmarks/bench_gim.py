@@ -31,37 +31,18 @@ def transformer_lens_side_by_side(bridge, data, batch_size: int) -> dict:
     """Seconds of our EAP (gradient on the corrupted run) and of TransformerLens's edge
     attribution patching on the same pairs, and max |difference| of the edge scores
     (TransformerLens's summed over positions and mapped to MIB's names)."""
-    import torch
-    from transformer_lens.tools.analysis import attribution_patching as AP
-
     from selfrepair.gim import circuits
+    from selfrepair.gim.tl_reference import tl_edge_scores
 
     graph = circuits.Graph.from_bridge(bridge)
     t = time.perf_counter()
     ours = circuits.edge_scores(bridge, graph, data, "eap", batch_size, gradient_at="corrupted")
     ours_s = time.perf_counter() - t
 
-    def mib(node):
-        k, L, H = node.kind, node.layer, node.head
-        if k in ("q_input", "k_input", "v_input"):
-            return f"a{L}.h{H}<{k[0]}>"
-        return {"embed": "input", "attn_head_out": f"a{L}.h{H}", "logits": "logits"}.get(k, f"m{L}")
-
-    index = graph.edge_index()
-    theirs = torch.zeros(graph.valid.shape, dtype=torch.float64)
-    cfg = AP.EdgeAttributionConfig(granularity="edge", ig_steps=1)
     t = time.perf_counter()
-    for r in range(len(data)):
-        p, a, f = int(data.pos[r]), int(data.answer[r]), int(data.foil[r])
-
-        def metric(logits, p=p, a=a, f=f):
-            return logits[0, p, a] - logits[0, p, f]
-
-        res = AP.attribution_patch(bridge, data.clean[r : r + 1], data.corrupt[r : r + 1], metric, cfg)
-        for (w, rd), score in res.edge_scores.items():
-            theirs[index[f"{mib(w)}->{mib(rd)}"]] += score
+    theirs = tl_edge_scores(bridge, graph, data)
     tl_s = time.perf_counter() - t
-    diff = float((ours - (theirs / len(data)).float()).abs().max())
+    diff = float((ours - theirs).abs().max())
     return {"ours_s": ours_s, "tl_s": tl_s, "max_abs_diff": diff, "max_abs_score": float(ours.abs().max())}
 
 

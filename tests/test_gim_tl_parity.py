@@ -11,6 +11,7 @@ warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
 from selfrepair.gim import circuits as C  # noqa: E402
+from selfrepair.gim.tl_reference import tl_edge_scores  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 
 AP = pytest.importorskip("transformer_lens.tools.analysis.attribution_patching")
@@ -60,33 +61,6 @@ def _data(n=4, T=6, seed=0):
     corrupt = torch.randint(2, V, (n, T), generator=g)
     answer, foil = torch.randint(2, V, (n,), generator=g), torch.randint(2, V, (n,), generator=g)
     return CounterfactualBatch(clean, corrupt, answer, foil, torch.randint(2, T, (n,), generator=g))
-
-
-def _mib(node) -> str:
-    """TransformerLens node -> MIB node name (position dropped)."""
-    k, L, H = node.kind, node.layer, node.head
-    names = {"embed": "input", "attn_head_out": f"a{L}.h{H}", "mlp_out": f"m{L}", "mlp_in": f"m{L}"}
-    names |= {"logits": "logits", **{f"{x}_input": f"a{L}.h{H}<{x}>" for x in "qkv"}}
-    return names[k]
-
-
-def tl_edge_scores(bridge, graph, data) -> torch.Tensor:
-    """TransformerLens's edge scores in our layout: per example (its metric reads the
-    example's own position, answer and foil), summed over positions, averaged."""
-    index = graph.edge_index()
-    out = torch.zeros(graph.valid.shape, dtype=torch.float64)
-    cfg = AP.EdgeAttributionConfig(granularity="edge", ig_steps=1)
-    for r in range(len(data)):
-        p, a, f = int(data.pos[r]), int(data.answer[r]), int(data.foil[r])
-
-        def metric(logits, p=p, a=a, f=f):
-            return logits[0, p, a] - logits[0, p, f]
-
-        res = AP.attribution_patch(bridge, data.clean[r : r + 1], data.corrupt[r : r + 1], metric, cfg)
-        for (w, rd), s in res.edge_scores.items():
-            assert w.position == rd.position
-            out[index[f"{_mib(w)}->{_mib(rd)}"]] += s
-    return (out / len(data)).float()
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])

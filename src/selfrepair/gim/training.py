@@ -57,6 +57,11 @@ def train_task_model(
         target_accuracy=target_accuracy,
         device=device,
     )
+    return _save(model, folder, task, seed, res)
+
+
+def _save(model, folder, task, seed: int, res) -> dict:
+    """Save a trained task model with its tokenizer and metadata; return the metadata."""
     meta = {"task": task.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
     save_model(model.cpu(), folder, meta)
     save_word_tokenizer(folder, task.vocab)
@@ -92,10 +97,7 @@ def train_toy_ioi(
         target_accuracy=target_accuracy,
         device=device,
     )
-    meta = {"task": task.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
-    save_model(model.cpu(), folder, meta)
-    save_word_tokenizer(folder, task.vocab)
-    return meta
+    return _save(model, folder, task, seed, res)
 
 
 def train_any(task, folder, **kw) -> dict:
