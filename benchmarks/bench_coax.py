@@ -65,6 +65,11 @@ def main():
         f"AtP* GradDrop ({b.cfg.n_layers} layers)": lambda: baselines.atp_star_graddrop(
             b, prompts.tokens, cands, metric
         ),
+        "AtP, mean |per prompt| (atp_mag)": lambda: baselines.atp_mag(b, prompts.tokens, cands, metric),
+        "conditional gradient (cond_grad)": lambda: baselines.cond_grad(b, prompts.tokens, cands, prim, metric),
+        "two-state AtP* (atp_star_2s, both states)": lambda: baselines.atp_star_2s(
+            b, prompts.tokens, cands, prim, metric
+        ),
     }
     print(
         f"model {folder}: {b.cfg.n_layers} layers x {b.cfg.n_heads} heads, {a.prompts} prompts, {a.threads} thread(s)"

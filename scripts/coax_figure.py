@@ -13,7 +13,12 @@ runtime.start(smk)
 kind = smk.params.figure
 t = {k: pd.read_csv(v) for k, v in smk.input.items()}
 PUB_SYN = {"clean_energy": 0.42, "clean_answer": 0.51, "cond_answer": 0.75, "coax": 0.92}
+# GPT-2 small IOI, config/published.yaml: the paper's (ioi_auc_*) and the authors'
+# release 2.1.0's (ioi_auc_*_r21; its AtP, which averages magnitudes, is our atp_mag)
 PUB_IOI = {"single": 0.33, "atp": 0.60, "eap_ig": 0.70, "atp_star": 0.82, "coax": 0.91}
+REL_IOI = {"atp_mag": 0.650, "eap_ig": 0.581, "atp_star": 0.665, "atp_star_2s": 0.938, "cond_grad": 0.767,
+           "amp_ratio": 0.984, "coax": 0.941}  # fmt: skip
+IOI_ORDER = ["single", "atp", "atp_mag", "eap_ig", "atp_star", "atp_star_2s", "cond_grad", "amp_ratio", "coax"]
 fig, ax = plt.subplots(figsize=(6, 4))
 if kind == "synthetic":
     d = t["synthetic"]
@@ -25,15 +30,24 @@ if kind == "synthetic":
     ax.set_title("Synthetic benchmark (dashed: published)")
 elif kind == "discovery":
     d, mean = t["discovery"], t["summary"].set_index("method")["roc_auc"]  # ioi_summary: the mean per method
-    order = list(PUB_IOI)
+    order = [m for m in IOI_ORDER if m in set(d.method)]
+    labelled: set = set()
+
+    def once(label):  # one legend entry per mark
+        new = label not in labelled
+        labelled.add(label)
+        return label if new else None
+
     for i, m in enumerate(order):
         v = d[d.method == m]["roc_auc"]
-        first = i == 0  # one legend entry per mark
-        ax.scatter([i] * len(v), v, alpha=0.6, color="C0", label="one (model, prompt set)" if first else None)
+        ax.scatter([i] * len(v), v, alpha=0.6, color="C0", label=once("one (model, prompt set)"))
         if m in mean:
-            ax.hlines(mean[m], i - 0.3, i + 0.3, color="C0", label="mean over (model, prompt set)" if first else None)
-        ax.scatter([i], [PUB_IOI[m]], marker="x", color="C3", label="published (GPT-2 small)" if first else None)
-    ax.set_xticks(range(len(order)), order)
+            ax.hlines(mean[m], i - 0.3, i + 0.3, color="C0", label=once("mean over (model, prompt set)"))
+        if m in PUB_IOI:
+            ax.scatter([i], [PUB_IOI[m]], marker="x", color="C3", label=once("paper (GPT-2 small)"))
+        if m in REL_IOI:
+            ax.scatter([i], [REL_IOI[m]], marker="+", s=70, color="C2", label=once("release 2.1.0 (GPT-2 small)"))
+    ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
     ax.axhline(0.5, color="grey", lw=0.5, label="chance (0.5)")
     ax.set_ylabel("backup-discovery ROC-AUC")
     ax.set_title("Backup discovery on the toy IOI models")

@@ -30,6 +30,7 @@ res = ioi_experiment.run_ioi(
     p.wake_min,
     p.ig_steps,
     p.max_rows,
+    p.amp_eps,
 )
 for name in ("scores", "discovery", "wake", "freeze", "knockout"):
     t = res[name].copy()

@@ -19,7 +19,11 @@ bridge = load_bridge(snakemake.input.model, resolve_device(p.device))  # noqa: F
 data = get_task(p.task).sample(int(p.n_eval), seed=int(p.data_seed))
 Path(out.circuits).mkdir(parents=True, exist_ok=True)
 summaries, curves = [], []
+n_edges = circuits.Graph.from_bridge(bridge).n_edges
 for method in p.methods:
+    if why := circuits.too_large(method, n_edges, int(p.eactp_max_edges)):
+        print(why, file=sys.stderr, flush=True)
+        continue
     graph, scores, curve, summary = circuits.localize(
         bridge, data, method, tuple(p.fractions), int(p.batch_size), int(p.ig_steps)
     )

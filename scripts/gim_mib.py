@@ -20,6 +20,7 @@ status, table, curves = circuits.run_mib(
     int(p.ig_steps),
     tuple(p.fractions),
     resolve_device(p.device),
+    int(p.eactp_max_edges),
 )
 status.to_csv(snakemake.output.status, index=False)  # noqa: F821
 table.to_csv(snakemake.output.table, index=False)  # noqa: F821

@@ -170,6 +170,11 @@ def ran_training(log: str, paper: str) -> list[str]:
     return [r for r in TRAIN_RULES[paper] if f"rule {r}:" in log]
 
 
+# The per-head columns of paper B's scores.csv kept in coax_tiny_ioi_heads.csv.
+COAX_SCORE_COLUMNS = ["single", "atp", "eap_ig", "atp_star", "cond", "comp", "wake", "backup",
+                      "atp_mag", "cond_grad", "atp_star_2s", "amp_ratio"]  # fmt: skip
+
+
 def coax_tables(d: Path) -> dict:
     import pandas as pd
 
@@ -180,9 +185,8 @@ def coax_tables(d: Path) -> dict:
         truth = pd.read_csv(f.parent.parent / "truth.csv").rename(columns={"drop": "truth_drop"})
         truth.insert(0, "model_seed", s["model_seed"].iloc[0])
         truth.insert(1, "data_seed", s["data_seed"].iloc[0])
-        cols = ["single", "atp", "eap_ig", "atp_star", "cond", "comp", "wake", "backup"]
         key = ["model_seed", "data_seed", "unit"]
-        heads.append(truth.merge(s[key + cols], on=key, how="left"))
+        heads.append(truth.merge(s[key + COAX_SCORE_COLUMNS], on=key, how="left"))
     ind = []
     for f in sorted(res.glob("induction/*/heads.csv")):
         h = pd.read_csv(f)
@@ -190,8 +194,9 @@ def coax_tables(d: Path) -> dict:
         ind.append(h)
     return {
         # per head of each toy IOI model: the ground truth (drop, backup score, role) and
-        # the single-ablation, AtP, EAP-IG, AtP* and COAX (cond, comp) scores; primaries,
-        # which are not candidates, have no scores
+        # the single-ablation, AtP, EAP-IG, AtP* and COAX (cond, comp) scores, then the
+        # release-2.1.0 baselines (AtP of magnitudes, conditional gradient, two-state AtP*,
+        # amplification ratio); primaries, which are not candidates, have no scores
         "coax_tiny_ioi_heads": pd.concat(heads, ignore_index=True),
         # backup discovery per run and method: ROC-AUC, hits in the top k
         "coax_tiny_ioi_discovery": pd.read_csv(res / "tables/ioi_discovery.csv")[

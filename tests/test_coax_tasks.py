@@ -6,6 +6,7 @@ import torch
 
 from selfrepair.coax import induction_experiment, ioi_experiment, real_models
 from selfrepair.coax import score as coax
+from selfrepair.coax.baselines import DISCOVERY_METHODS
 from selfrepair.tasks import induction, ioi, lm
 
 torch.set_num_threads(1)
@@ -150,7 +151,10 @@ def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
         "data_seeds": [1, 2],
         "induction_T": 6,
     }
-    ioi_cfg = {"n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2}
+    ioi_cfg = {
+        "n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2,
+        "amp_eps": 1e-3,
+    }  # fmt: skip
     ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
     status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu").set_index("experiment")
     assert status.loc["ioi", "status"] == "ran", status.loc["ioi", "reason"]
@@ -158,7 +162,9 @@ def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
     assert status.loc["induction", "status"] == "ran", status.loc["induction", "reason"]
     assert status.loc["pruning", "status"] == "not run"
     tabs = real_models.real_tables(tmp_path)
-    assert set(tabs["ioi_summary"]["method"]) == {"single", "atp", "eap_ig", "atp_star", "coax"}
+    assert list(tabs["ioi_summary"]["method"]) == list(DISCOVERY_METHODS)
+    disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
+    assert list(disc["method"]) == list(DISCOVERY_METHODS) * 2  # per prompt set
     w = pd.read_csv(tmp_path / "wakeup_models.csv")
     assert set(w["model"]) == {"tiny-gpt2", "tiny-neox", "tiny-llama"}
     assert set(tabs["induction"]["model"]) == {"tiny-neox", "tiny-llama"}
@@ -210,3 +216,53 @@ def test_ground_truth_pair_interaction_by_hand():
     assert pairs.loc[("L0H1", "L1H0"), "interaction"] == pytest.approx(0.0, abs=1e-6)
     t = table.set_index("unit")
     assert t.loc["L0H1", "drop"] == pytest.approx(0.3 * float(v[io] - v[s]), rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # equal paired differences, by design
+def test_release_claims_are_measured_from_the_same_summary_rows_as_the_papers():
+    """config/published.yaml's IOI ROC-AUC rows, the paper's and release 2.1.0's (_r21),
+    all map to an ioi_summary method: measured from the paper's model when it ran, else
+    'not run' with the toy analogue of that method (the release's AtP: atp_mag)."""
+    from pathlib import Path
+
+    import yaml
+
+    from selfrepair.core import published
+
+    root = Path(__file__).resolve().parents[1]
+    claims = published.load_claims(root / "config/published.yaml", "coax")
+    auc_ids = [c["id"] for c in claims if c["id"].startswith("ioi_auc_")]
+    assert auc_ids == list(coax.IOI_AUC_CLAIMS)
+    assert set(auc_ids) <= set(real_models.IOI_CLAIMS)
+    by_id = {c["id"]: c for c in claims}
+    for cid in auc_ids:
+        release = cid.endswith("_r21")
+        assert ("release 2.1.0" in by_id[cid]["source"]) == release and by_id[cid]["tolerance"] == 0.05
+    assert by_id["ioi_auc_coax_r21"]["value"] == 0.941 and by_id["ioi_auc_atp_r21"]["value"] == 0.650
+    assert yaml.safe_load((root / "workflow/schemas/coax.schema.yaml").read_text())["properties"]["ioi"][
+        "properties"]["amp_eps"]["default"] == 1e-3  # fmt: skip
+    # two models x one prompt set; AUC of method i: 0.5 + 0.04 i (model 1), + 0.02 (model 2)
+    methods = list(DISCOVERY_METHODS)
+    disc = pd.DataFrame(
+        [
+            {"model_seed": ms, "data_seed": 1, "method": m, "roc_auc": 0.5 + 0.04 * i + 0.02 * (ms - 1),
+             "hits": 1, "n_backups": 2, "top_k": 5}
+            for ms in (1, 2) for i, m in enumerate(methods)
+        ]
+    )  # fmt: skip
+    summ = coax.ioi_summary(disc)
+    real = coax.measured_claims(None, {}, {"ioi_summary": summ}, {})
+    for cid, mth in coax.IOI_AUC_CLAIMS.items():
+        assert real[cid].value == pytest.approx(0.51 + 0.04 * methods.index(mth)), cid
+        assert real[cid].lo < real[cid].value < real[cid].hi
+    assert real["ioi_auc_atp_r21"].value == pytest.approx(0.51 + 0.04 * methods.index("atp_mag"))
+    assert "our atp_mag, mean of 2 runs" in real["ioi_auc_atp_r21"].note
+    assert "our" not in real["ioi_auc_atp"].note.split(";")[1]  # the paper's ids keep their note
+    # GPT-2 absent: not run, the toy analogue of the mapped method in the note
+    nr = {cid: "not run: weights not found" for cid in coax.IOI_AUC_CLAIMS}
+    toy = coax.measured_claims(None, {"ioi_summary": summ}, {}, nr)
+    table = published.compare("coax", claims, toy).set_index("id")
+    for cid, mth in coax.IOI_AUC_CLAIMS.items():
+        assert table.loc[cid, "status"] == "not run"
+        assert f"toy analogue: {0.51 + 0.04 * methods.index(mth):.3f}" in table.loc[cid, "note"], cid
+    assert (table.loc["ioi_auc_eap_ig", "published"], table.loc["ioi_auc_eap_ig_r21", "published"]) == (0.70, 0.581)

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 import golden_suite as G
-from selfrepair.coax.baselines import DISCOVERY_METHODS
+from selfrepair.coax import score as coax
+from selfrepair.coax.baselines import AMP_EPS, DISCOVERY_METHODS
 
 ROOT = G.ROOT
 TARGETS = ["results/published/coax.csv", "results/coax/figures/discovery.png", "results/coax/figures/induction.png"]
@@ -38,8 +39,16 @@ def test_paper_b_rules_end_to_end(coax_run):
     ioi = table.set_index("id").loc["ioi_auc_coax"]
     assert ioi["status"] == "not run" and "weights not found" in ioi["note"]
     disc = pd.read_csv(tmp_path / "results/coax/tables/ioi_discovery.csv")
-    assert set(disc["method"]) == {"single", "atp", "eap_ig", "atp_star", "coax"}
+    assert list(disc["method"].unique()) == list(DISCOVERY_METHODS)
     summ = pd.read_csv(tmp_path / "results/coax/tables/ioi_summary.csv").set_index("method")
+    # every IOI AUC row, the paper's and the release's, is not run (no GPT-2) and shows the
+    # toy analogue of its method: both figures of AtP* side by side, the release's AtP vs atp_mag
+    pub = table.set_index("id")
+    for cid, mth in coax.IOI_AUC_CLAIMS.items():
+        assert pub.loc[cid, "status"] == "not run" and "weights not found" in pub.loc[cid, "note"], cid
+        assert f"toy analogue: {summ.loc[mth, 'roc_auc']:.3f}" in pub.loc[cid, "note"], cid
+    assert (float(pub.loc["ioi_auc_atp_star", "published"]), float(pub.loc["ioi_auc_atp_star_r21", "published"])) == (
+        0.82, 0.665)  # fmt: skip
     # one tiny model: a mean, no interval (the CI needs >= 2 models), paired differences per run
     assert (summ["n_models"] == 1).all() and summ[["roc_auc_ci_lo", "roc_auc_ci_hi"]].isna().all().all()
     assert abs(summ.loc["atp", "coax_minus_mean"] - (summ.loc["coax", "roc_auc"] - summ.loc["atp", "roc_auc"])) < 1e-9
@@ -58,6 +67,11 @@ def test_paper_b_rules_end_to_end(coax_run):
 # max rel movement on the gradient scores, |x| >= 2e-4, 5.2e-7 -> rel 1e-4 (190x). The
 # small ones (comp ~1e-7, a difference of near-equal drops) are held by the abs part.
 SCORE_ABS, SCORE_REL = 3e-8, 1e-4
+# The release-2.1.0 gradient baselines (atp_mag, cond_grad, atp_star_2s, computed like atp
+# and atp_star) were added without a native-numerics measurement and are held to the same
+# tolerances. amp_ratio = cond / (single + eps) divides by energies down to ~5e-7, so it
+# is held to what those tolerances allow its inputs (first order, ``_amp_ratio_tol``).
+SCORE_COLUMNS = [c for c in G.COAX_SCORE_COLUMNS if c not in ("wake", "backup", "amp_ratio")]
 # Ground truth per head (drop, backup score): logit-difference drops of ~1e-4 of a barely
 # trained toy model, at the float32 floor: max abs movement 2.2e-7 (rel up to 0.63 on the
 # smallest backup scores) -> abs 3e-5 (136x).
@@ -77,6 +91,21 @@ IND_ABS, IND_SCORE_REL, IND_RATIO_REL = 1e-5, 5e-4, 3e-3
 def _ioi_cfg():
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())["coax"]["ioi"]
     return {**cfg, **yaml.safe_load((ROOT / "config/test.yaml").read_text())["coax"]["ioi"]}
+
+
+def _score_tol(x):
+    return np.maximum(SCORE_ABS, SCORE_REL * np.abs(np.asarray(x, float)))
+
+
+def _amp_ratio_tol(g, amp_eps):
+    """Per head, how far amp_ratio may move when its cond and single energies each move
+    within the score tolerance (eps = amp_eps x the candidates' mean single moves too)."""
+    single, cond = g["single"].to_numpy(float), g["cond"].to_numpy(float)
+    cand = ~np.isnan(cond)
+    den = single + amp_eps * single[cand].mean()
+    d_den = _score_tol(single) + amp_eps * _score_tol(single[cand]).mean()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.abs(g["amp_ratio"].to_numpy(float)) * (_score_tol(cond) / np.abs(cond) + d_den / den)
 
 
 def _close(got, golden, **tol):
@@ -114,13 +143,17 @@ def test_coax_tiny_run_matches_golden_values(coax_run):
     assert list(h["unit"]) == list(gh["unit"])
     for col in ("truth_drop", "backup_score"):
         assert _close(h[col], gh[col], abs=TRUTH_ABS), col
-    for col in ("single", "atp", "eap_ig", "atp_star", "cond", "comp"):
+    for col in SCORE_COLUMNS:
         assert _close(h[col], gh[col], rel=SCORE_REL, abs=SCORE_ABS), col
     assert _close(h["wake"], gh["wake"], rel=WAKE_REL)
+    cfg = _ioi_cfg()
+    amp_tol = _amp_ratio_tol(gh, cfg.get("amp_eps", AMP_EPS))
+    moved = np.abs(h["amp_ratio"].to_numpy(float) - gh["amp_ratio"].to_numpy(float))
+    assert (np.isnan(moved) == gh["amp_ratio"].isna().to_numpy()).all()
+    assert (moved[~np.isnan(moved)] <= amp_tol[~np.isnan(moved)]).all()
     # Roles are thresholds on the truth values: exact where those came back exactly (always
     # under the portable mode), else only heads within the truth tolerance of a threshold
     # may change role.
-    cfg = _ioi_cfg()
     exact_truth = h[["truth_drop", "backup_score"]].equals(gh[["truth_drop", "backup_score"]])
     flipped = h["role"] != gh["role"]
     if exact_truth:
@@ -143,7 +176,7 @@ def test_coax_tiny_run_matches_golden_values(coax_run):
             break  # another ground truth: AUCs of another labelling, not comparable
         assert row["n_backups"] == grow["n_backups"]
         s = DISCOVERY_METHODS[row["method"]](cand)
-        tol = np.maximum(SCORE_ABS, SCORE_REL * s.abs().to_numpy())
+        tol = _amp_ratio_tol(cand, cfg.get("amp_eps", AMP_EPS)) if row["method"] == "amp_ratio" else _score_tol(s)
         ties = _near_ties(s, cand["backup"].astype(bool), tol)
         assert abs(row["roc_auc"] - grow["roc_auc"]) <= ties / (n_pos * (len(cand) - n_pos)) + 1e-12, row["method"]
         assert abs(row["hits"] - grow["hits"]) <= ties, row["method"]

@@ -345,3 +345,88 @@ def test_faithfulness_curve_counts_and_prunes(bridges):
         assert torch.equal(mask, C.prune_dangling(graph, C.top_edges(graph, s, p["n_edges"], True, prune=False)))
         m = C.run_circuit(bridge, graph, data, mask).mean().item()
         assert p["metric"] == pytest.approx(m, abs=1e-6)
+
+
+# ---------------------------------------------------------------- EActP and IFR --
+@pytest.mark.parametrize("max_rows", [4096, 4])  # all parents of an input in one run; one at a time
+def test_exact_edge_patching_equals_one_masked_run_per_edge(bridges, max_rows):
+    bridge, data = bridges["gpt2"], _data(n=5)
+    graph = C.Graph.from_bridge(bridge)
+    fast = C.exact_edge_patching(bridge, graph, data, batch_size=3, max_rows=max_rows)
+    slow = C.per_edge_patching(bridge, graph, data, batch_size=3)  # one `patched` run per edge
+    assert slow.abs().max() > 1e-3
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
+    assert (fast[~graph.valid] == 0).all()
+
+
+def test_exact_edge_patching_gqa_patches_the_group_input(bridges):
+    bridge, data = bridges["llama"], _data()
+    graph = C.Graph.from_bridge(bridge)
+    rep = graph.n_heads // graph.n_kv_heads
+    fast = C.exact_edge_patching(bridge, graph, data)
+    base = C.run_circuit(bridge, graph, data, graph.valid).mean()
+    # a q edge and an MLP edge: exactly one masked run; a k edge: the whole group's
+    # k input loses u (every head of the group masked), that effect / group size
+    for target in ("a1.h1<q>", "m0", "a1.h2<k>"):
+        j = graph.backward.index(target)
+        group = [j]
+        if target.endswith("<k>"):
+            head = int(target.split(".h")[1][0])
+            group = [graph.backward.index(f"a1.h{h}<k>") for h in range(graph.n_heads) if h // rep == head // rep]
+        for i in graph.valid[:, j].nonzero().flatten().tolist()[:3]:
+            mask = graph.valid.clone()
+            mask[i, group] = False
+            want = (base - C.run_circuit(bridge, graph, data, mask).mean()) / len(group)
+            assert float(fast[i, j]) == pytest.approx(float(want), abs=1e-5)
+
+
+def test_proximity_shares_hand_worked():
+    parts = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[3.0, 0.0], [-1.0, 0.0]], [[2.0, 0.0], [-1.0, 0.0]]])
+    total = torch.tensor([[1.0, 1.0], [2.0, 0.0], [1.0, 0.0]])
+    # |y|=2, |y-p|=1,1 -> 1,1 -> halves; |y|=2, |y-p|=1,3 -> 1,0; |y|=1, |y-p|=1,2 -> 0,0
+    want = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.0, 0.0]])
+    torch.testing.assert_close(C.proximity_shares(parts, total), want)
+
+
+def test_information_flow_routes_by_hand(bridges):
+    bridge, data = bridges["gpt2"], _data(n=3, T=5)
+    data.pos = torch.tensor([4, 2, 3])
+    graph = C.Graph.from_bridge(bridge)
+    ifr = C.information_flow_routes(bridge, graph, data, batch_size=2)
+    with torch.no_grad():
+        _, cache = bridge.run_with_cache(data.clean)
+    parts = [cache["blocks.0.hook_resid_pre"]]  # input, then each layer's heads and MLP
+    for layer in range(graph.n_layers):
+        parts += [cache[f"blocks.{layer}.attn.hook_result"][:, :, h] for h in range(graph.n_heads)]
+        parts.append(cache[f"blocks.{layer}.hook_mlp_out"])
+    reads = {"logits": cache["ln_final.hook_in"], "a1.h1<v>": cache["blocks.1.hook_v_input"][:, :, 1]}
+    reads["m0"] = cache["blocks.0.hook_mlp_in"]
+    for target, y in reads.items():
+        j = graph.backward.index(target)
+        parents = graph.valid[:, j].nonzero().flatten().tolist()
+        want = torch.zeros(len(parents))
+        n = 0
+        for b in range(3):
+            for t in range(int(data.pos[b]) + 1):
+                prox = []
+                for i in parents:
+                    yy, p = y[b, t].double(), parts[i][b, t].double()
+                    prox.append(max(float(yy.abs().sum() - (yy - p).abs().sum()), 0.0))
+                want += torch.tensor(prox) / sum(prox)
+                n += 1
+        torch.testing.assert_close(ifr[parents, j], (want / n).float(), atol=1e-5, rtol=1e-4)
+    assert (ifr >= 0).all() and (ifr[~graph.valid] == 0).all()
+    assert (ifr.sum(0) <= 1 + 1e-5).all()
+
+
+def test_method_scores_dispatch_and_size_limit(bridges):
+    bridge, data = bridges["gpt2"], _data()
+    graph = C.Graph.from_bridge(bridge)
+    torch.testing.assert_close(
+        C.method_scores(bridge, graph, data, "ifr"), C.information_flow_routes(bridge, graph, data)
+    )
+    torch.testing.assert_close(C.method_scores(bridge, graph, data, "eap"), C.edge_scores(bridge, graph, data, "eap"))
+    with pytest.raises(ValueError, match="unknown method 'eatp'"):
+        C.method_scores(bridge, graph, data, "eatp")
+    assert C.too_large("eactp", 32491) and "32491 edges" in C.too_large("eactp", 32491)
+    assert C.too_large("eactp", 110) is None and C.too_large("eap", 10**6) is None

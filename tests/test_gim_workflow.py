@@ -36,8 +36,8 @@ def test_tiny_gim_workflow(gim_run):
     assert set(pub.status) <= {"reproduced", "differs", "fragile", "not run"}
     assert pub.set_index("id").loc["gim_edges_gpt2", "status"] == "reproduced"
     loc = pd.read_csv(tmp_path / "results/gim/tables/localization.csv")
-    assert set(loc.method) == {"eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm"}
-    assert sorted(loc.seed.unique()) == [0, 1] and len(loc) == 2 * 6  # one tiny model, seeds 0 and 1
+    assert set(loc.method) == {"eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm", "eactp", "ifr"}
+    assert sorted(loc.seed.unique()) == [0, 1] and len(loc) == 2 * 8  # one tiny model, seeds 0 and 1; 8 methods
     summ = pd.read_csv(tmp_path / "results/gim/tables/localization_summary.csv")
     diff = summ[summ.row == "difference"].set_index("method")
     assert set(diff.index) == {"gim - eap", "gim - eap-ig"} and (summ.n_models == 2).all()

@@ -135,6 +135,7 @@ rule coax_ioi_run:
         k_recovered=C_IOI["k_recovered"],
         wake_min=C_IOI["wake_min"],
         ig_steps=C_IOI["ig_steps"],
+        amp_eps=C_IOI["amp_eps"],
         max_rows=COAX["max_rows"],
         device=DEVICE,
         numerics=NUMERICS,

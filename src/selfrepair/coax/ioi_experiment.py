@@ -200,10 +200,12 @@ def run_ioi(
     wake_min: float = 1.05,
     ig_steps: int = 5,
     max_rows: int = 2048,
+    amp_eps: float = baselines.AMP_EPS,
 ) -> dict:
     """Paper B's IOI experiments on one model and one prompt set.
 
-    ``primaries`` seed COAX; ``backups`` are the positives (ground truth). Returns
+    ``primaries`` seed COAX (and the conditional baselines); ``backups`` are the
+    positives (ground truth); ``amp_eps``: the amplification ratio's eps share. Returns
     DataFrames: scores (per head), discovery (ROC-AUC and top-k recall per method),
     wake (wake-up curve), freeze, recovery and knockout, plus the forward-pass count.
     """
@@ -214,7 +216,9 @@ def run_ioi(
     sc = coax.scan(bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows)
     last = [prompts.tokens.shape[1] - 1]
     wake = coax.wake_up_ratios(bridge, prompts.tokens, cands, primaries, positions=last)
-    table = baselines.all_scores(bridge, prompts.tokens, cands, metric, sc.table, ig_steps)
+    table = baselines.all_scores(
+        bridge, prompts.tokens, cands, metric, sc.table, ig_steps, primaries=primaries, amp_eps=amp_eps
+    )
     table["wake"] = table["unit"].map(wake)
     bset = {b.name for b in backups}
     table["backup"] = table["unit"].isin(bset)

@@ -10,18 +10,13 @@ import numpy as np
 import pandas as pd
 
 from selfrepair.coax import induction_experiment, ioi_experiment
-from selfrepair.coax.score import ioi_summary, scan, wake_up_curve
+from selfrepair.coax.score import IOI_AUC_CLAIMS, ioi_summary, scan, wake_up_curve
 from selfrepair.core.components import head_components, parse
 from selfrepair.core.models import CorruptCheckpoint, ModelNotFound, load_bridge
 from selfrepair.core.published import Holds
 from selfrepair.tasks import ioi
 
-IOI_CLAIMS = [
-    "ioi_auc_single",
-    "ioi_auc_atp",
-    "ioi_auc_eap_ig",
-    "ioi_auc_atp_star",
-    "ioi_auc_coax",
+IOI_CLAIMS = list(IOI_AUC_CLAIMS) + [
     "ioi_top20_hits",
     "ioi_coax_beats_atp_star",
     "freeze_repair_removed",
@@ -117,6 +112,7 @@ def run_real_models(
                 ioi_cfg["wake_min"],
                 ioi_cfg["ig_steps"],
                 mr,
+                ioi_cfg["amp_eps"],
             )
             for k in parts:
                 t = res[k].copy()

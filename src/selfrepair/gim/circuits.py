@@ -1,5 +1,6 @@
-"""Edge graph in MIB's naming, edge scores (EAP, EAP-IG, GIM-EAP), MIB circuit files,
-counterfactual edge patching, faithfulness, CPR and CMD.
+"""Edge graph in MIB's naming, edge scores (EAP, EAP-IG, GIM-EAP, exact per-edge
+activation patching, information flow routes), MIB circuit files, counterfactual edge
+patching, faithfulness, CPR and CMD.
 
 Graph (MIB, Mueller et al. 2025): forward nodes ``input``, ``a{L}.h{H}``, ``m{L}``;
 backward inputs ``a{L}.h{H}<q|k|v>``, ``m{L}``, ``logits``. A head of layer L receives
@@ -573,7 +574,7 @@ def localize(
     import pandas as pd
 
     graph = Graph.from_bridge(bridge)
-    scores = edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps)
+    scores = method_scores(bridge, graph, data, method, batch_size, ig_steps)
     rows = []
     summary = {"method": method, "n_edges": graph.n_edges}
     for kind, absolute in (("signed", False), ("absolute", True)):
@@ -589,6 +590,149 @@ def localize(
             summary["cpr"] = cpr(fractions, f)
         summary["m_full"], summary["m_empty"] = curve["m_full"], curve["m_empty"]
     return graph, scores, pd.DataFrame(rows), summary
+
+
+# ---------------------------------------------------------------- more methods ---
+def _repeat(b: CounterfactualBatch, k: int) -> CounterfactualBatch:
+    """``b`` stacked ``k`` times (copy c holds rows c*len(b) .. (c+1)*len(b)-1)."""
+    return CounterfactualBatch(
+        b.clean.repeat(k, 1), b.corrupt.repeat(k, 1), b.answer.repeat(k), b.foil.repeat(k), b.pos.repeat(k)
+    )
+
+
+def _column_groups(graph: Graph):
+    """(hook name, slot, [columns]) per physical downstream input: a column per edge
+    target, except that under grouped-query attention the k (v) inputs of the heads of
+    one key/value group are one input."""
+    out = {}
+    for name, cols in graph.backward_slots().items():
+        for j, s in cols:
+            out.setdefault((name, s), []).append(j)
+    return [(name, s, js) for (name, s), js in out.items()]
+
+
+@_on_prepared
+def exact_edge_patching(
+    bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64, max_rows: int = 4096
+) -> torch.Tensor:
+    """EActP: every edge's exact effect, [n_forward, n_backward] (zero off the graph).
+
+    score(u->v) = mean over examples of logit_diff(clean) - logit_diff(clean with only
+    u->v patched to corrupt), the quantity EAP estimates (same sign: positive favours
+    the answer), what :func:`per_edge_patching` computes one masked run at a time.
+    With one edge patched nothing upstream of v changes, so v's input just shifts by
+    a_u(corrupt) - a_u(clean); the runs of all parents of one input are batched
+    together (at most ``max_rows`` rows and about 2^27 logits per forward) and the
+    activations are computed once per batch. Under grouped-query attention an edge
+    into a head's k (v) input patches its group's shared input and scores that effect
+    divided by the group size (the convention of :func:`edge_scores`).
+    """
+    rep = graph.n_heads // graph.n_kv_heads
+    total = torch.zeros(graph.valid.shape)
+    for b in data.batches(batch_size):
+        logits, a_clean = forward_activations(bridge, graph, b.clean)
+        _, a_corr = forward_activations(bridge, graph, b.corrupt)
+        base = logit_diff(logits, b)  # [B]
+        n, t, vocab = logits.shape
+        per_run = max(1, min(max_rows, 2**27 // (t * vocab)) // n)  # parents per forward
+        shift = (a_corr - a_clean).permute(2, 0, 1, 3)  # [F, B, T, d]
+        for name, slot, cols in _column_groups(graph):
+            parents = graph.valid[:, cols[0]].nonzero().flatten().tolist()
+            for c in range(0, len(parents), per_run):
+                chunk = parents[c : c + per_run]
+                d = shift[chunk].reshape(len(chunk) * n, t, -1)
+
+                def move(x, hook, d=d, slot=slot):
+                    x = x.clone()
+                    if slot is None:
+                        return x + d
+                    x[:, :, slot] = x[:, :, slot] + d
+                    return x
+
+                with torch.no_grad():
+                    out = bridge.run_with_hooks(b.clean.repeat(len(chunk), 1), fwd_hooks=[(name, move)])
+                effect = (base.repeat(len(chunk)) - logit_diff(out, _repeat(b, len(chunk)))).view(len(chunk), n)
+                share = 1.0 / rep if (slot is not None and not name.endswith("q_input")) else 1.0
+                for j in cols:
+                    total[chunk, j] += effect.sum(1) * share
+    return (total / len(data)) * graph.valid
+
+
+def proximity_shares(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """Information-flow-routes importance (Ferrando & Voita 2024) of each part of a sum.
+
+    ``parts`` [..., K, d], ``total`` [..., d]: proximity_k = max(|total|_1 -
+    |total - part_k|_1, 0), normalised to sum 1 over k (all zero where every proximity
+    is zero). Returns [..., K]."""
+    prox = (total.abs().sum(-1, keepdim=True) - (total.unsqueeze(-2) - parts).abs().sum(-1)).clamp(min=0)
+    return prox / prox.sum(-1, keepdim=True).clamp(min=torch.finfo(prox.dtype).tiny)
+
+
+@_on_prepared
+def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64) -> torch.Tensor:
+    """Information flow routes on the clean run only (no corrupted input, no gradient).
+
+    score(u->v) = :func:`proximity_shares` of a_u within v's actual input (the residual
+    stream v reads, biases included, so the parents' shares can sum to less than 1),
+    averaged over examples and over the positions up to the one whose logits are read
+    (later positions cannot reach it). Scores are >= 0, so the signed and the absolute
+    rankings are the same.
+    """
+    total = torch.zeros(graph.valid.shape)
+    weight = 0.0
+    groups = _column_groups(graph)
+    for b in data.batches(batch_size):
+        inputs = {}
+
+        def keep(name):  # bound to the name asked for (the bridge reports aliases)
+            def fn(x, hook):
+                inputs[name] = x.detach()
+
+            return fn
+
+        names = dict.fromkeys(g[0] for g in groups)
+        _, a = forward_activations(bridge, graph, b.clean, hooks=[(name, keep(name)) for name in names])
+        t = a.shape[1]
+        live = (torch.arange(t)[None, :] <= b.pos[:, None]).to(a.dtype)  # [B, T]
+        weight += float(live.sum())
+        for name, slot, cols in groups:
+            y = inputs[name] if slot is None else inputs[name][:, :, slot]
+            parents = graph.valid[:, cols[0]]
+            shares = proximity_shares(a[:, :, parents], y)  # [B, T, K]
+            s = torch.einsum("btk,bt->k", shares, live)
+            for j in cols:
+                total[parents, j] += s
+    return (total / weight) * graph.valid
+
+
+EACTP_MAX_EDGES = 5000  # config gim.eactp_max_edges
+
+
+def too_large(method: str, n_edges: int, eactp_max_edges: int = EACTP_MAX_EDGES) -> str | None:
+    """Why ``method`` is not run on a graph of ``n_edges`` edges (None: it is run)."""
+    if method == "eactp" and n_edges > eactp_max_edges:
+        return f"eactp not run: {n_edges} edges > eactp_max_edges {eactp_max_edges} (one forward per edge and example)"
+    return None
+
+
+SCORERS = {
+    "eactp": lambda bridge, graph, data, batch_size, ig_steps: exact_edge_patching(bridge, graph, data, batch_size),
+    "ifr": lambda bridge, graph, data, batch_size, ig_steps: information_flow_routes(bridge, graph, data, batch_size),
+}
+ALL_METHODS = METHODS + tuple(SCORERS)
+
+
+def method_scores(
+    bridge, graph: Graph, data: CounterfactualBatch, method: str, batch_size: int = 64, ig_steps: int = 5
+):
+    """Edge scores of any localization method: the gradient ones (:data:`METHODS`,
+    :func:`edge_scores`), exact per-edge patching (``eactp``) or information flow
+    routes (``ifr``)."""
+    if method in SCORERS:
+        return SCORERS[method](bridge, graph, data, batch_size, ig_steps)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; one of {ALL_METHODS}")
+    return edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps)
 
 
 @_on_prepared
@@ -821,11 +965,13 @@ def run_mib(
     ig_steps: int = 5,
     fractions=FRACTIONS,
     device: str = "cpu",
+    eactp_max_edges: int = EACTP_MAX_EDGES,
 ):
     """MIB's circuit localization on every (model, dataset) present locally.
 
     Returns (status DataFrame: model, dataset, status, reason; localization rows;
-    curves). Absent weights or datasets give status 'not run' with the reason.
+    curves). Absent weights or datasets give status 'not run' with the reason; a
+    method skipped for the graph's size (:func:`too_large`) is named in the reason.
     """
     import pandas as pd
 
@@ -847,11 +993,17 @@ def run_mib(
             except (mib.DatasetNotFound, ValueError) as err:
                 status.append({"model": model, "dataset": d, "status": "not run", "reason": str(err)})
                 continue
+            skipped = []
             for method in methods:
+                why = too_large(method, Graph.from_bridge(bridge).n_edges, eactp_max_edges)
+                if why:
+                    skipped.append(why)
+                    continue
                 _, _, curve, summary = localize(bridge, data, method, fractions, batch_size, ig_steps)
                 rows.append({"task": d, "model": model, **summary})
                 curves.append(curve.assign(task=d, model=model))
-            status.append({"model": model, "dataset": d, "status": "ran", "reason": f"{len(data)} pairs"})
+            reason = "; ".join([f"{len(data)} pairs"] + skipped)
+            status.append({"model": model, "dataset": d, "status": "ran", "reason": reason})
     cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty"]
     return (
         pd.DataFrame(status, columns=["model", "dataset", "status", "reason"]),
