@@ -6,18 +6,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from selfrepair.core import runtime  # noqa: E402
+from selfrepair.coax import score  # noqa: E402
+from selfrepair.core import published, runtime  # noqa: E402
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
 kind = smk.params.figure
-t = {k: pd.read_csv(v) for k, v in smk.input.items()}
-PUB_SYN = {"clean_energy": 0.42, "clean_answer": 0.51, "cond_answer": 0.75, "coax": 0.92}
-# GPT-2 small IOI, config/published.yaml: the paper's (ioi_auc_*) and the authors'
-# release 2.1.0's (ioi_auc_*_r21; its AtP, which averages magnitudes, is our atp_mag)
-PUB_IOI = {"single": 0.33, "atp": 0.60, "eap_ig": 0.70, "atp_star": 0.82, "coax": 0.91}
-REL_IOI = {"atp_mag": 0.650, "eap_ig": 0.581, "atp_star": 0.665, "atp_star_2s": 0.938, "cond_grad": 0.767,
-           "amp_ratio": 0.984, "coax": 0.941}  # fmt: skip
+t = {k: pd.read_csv(v) for k, v in smk.input.items() if k != "claims"}
+# published values: config/published.yaml (the paper's and the authors' release 2.1.0's)
+pub = {c["id"]: c.get("value") for c in published.load_claims(smk.input.claims, "coax")}
+PUB_SYN = {s: pub[f"synthetic_{s}_auc"] for s in ("clean_energy", "clean_answer", "cond_answer", "coax")}
+# GPT-2 small IOI: the paper's ioi_auc_* and the release's ioi_auc_*_r21 (its AtP, which
+# averages magnitudes, is our atp_mag: score.IOI_AUC_CLAIMS maps claims to methods)
+PUB_IOI = {m: pub[c] for c, m in score.IOI_AUC_CLAIMS.items() if not c.endswith("_r21")}
+REL_IOI = {m: pub[c] for c, m in score.IOI_AUC_CLAIMS.items() if c.endswith("_r21")}
+PUB_WAKE = [pub[f"wakeup_ratio_{k}"] for k in range(4)]
 IOI_ORDER = ["single", "atp", "atp_mag", "eap_ig", "atp_star", "atp_star_2s", "cond_grad", "amp_ratio", "coax"]
 fig, ax = plt.subplots(figsize=(6, 4))
 if kind == "synthetic":
@@ -57,7 +60,7 @@ elif kind == "wakeup":
     for g, sub in d.groupby("group"):
         m = sub.groupby("n_ablated")["ratio"].mean()
         ax.plot(m.index, m.values, marker="o", label=g)
-    ax.plot([0, 1, 2, 3], [1.00, 1.02, 1.08, 1.15], "k--", label="published backups (GPT-2)")
+    ax.plot(range(len(PUB_WAKE)), PUB_WAKE, "k--", label="published backups (GPT-2)")
     ax.set_xlabel("primaries ablated")
     ax.set_ylabel("output-norm ratio")
     ax.legend()

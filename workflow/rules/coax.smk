@@ -353,7 +353,7 @@ rule coax_real:
 
 rule coax_fig:
     input:
-        unpack(lambda w: C_FIG_INPUTS[w.fig]),
+        unpack(lambda w: {**C_FIG_INPUTS[w.fig], "claims": PUBLISHED}),
     output:
         png=report(
             f"{C_FIGS}/{{fig}}.png",
