@@ -1,8 +1,10 @@
 """The library's layout: a shared core, one package per paper, data generators in tasks.
 
-Dependencies point one way: scripts -> paper packages (heroes, coax, gim) -> core and
-tasks. A static scan of every ``import`` / ``from`` statement of src/selfrepair (at
-module level and inside functions) checks the direction; every module is also imported.
+Dependencies point one way: scripts -> groundtruth -> paper packages (heroes, coax,
+gim) -> core and tasks. groundtruth (issue 10) compares every paper's methods on one
+ground truth, so it may import all of them; nothing in the library imports it. A static
+scan of every ``import`` / ``from`` statement of src/selfrepair (at module level and
+inside functions) checks the direction; every module is also imported.
 """
 
 import ast
@@ -17,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PKG = SRC / "selfrepair"
 PAPERS = ("heroes", "coax", "gim")
-LAYERS = ("core", "tasks") + PAPERS
+TOP = "groundtruth"  # above the papers: imports any layer, imported by none
+LAYERS = ("core", "tasks") + PAPERS + (TOP,)
 
 # Where the papers genuinely share code: paper C's toy IOI task is trained with paper B's
 # own recipe (attention-head dropout), coax.ioi_experiment.train_toy.
@@ -95,7 +98,11 @@ def test_dependencies_point_one_way():
             there = layer(dep)
             if here is None or there is None or here == there:
                 continue
-            if here == "core":
+            if there == TOP:
+                bad.append(f"{m} -> {dep} (nothing in the library imports groundtruth)")
+            elif here == TOP:
+                continue
+            elif here == "core":
                 bad.append(f"{m} -> {dep} (the core imports no paper and no task)")
             elif here == "tasks" and not (there == "core" and dep in TASKS_FROM_CORE):
                 bad.append(f"{m} -> {dep} (tasks/ holds data generators only)")
