@@ -14,7 +14,7 @@ runtime.start(smk)
 kind = smk.params.figure
 t = {k: pd.read_csv(v) for k, v in smk.input.items() if k != "claims"}
 # published values: config/published.yaml (the paper's and the authors' release 2.1.0's)
-pub = {c["id"]: c.get("value") for c in published.load_claims(smk.input.claims, "coax")}
+pub = {c["id"]: c.get("value") for c in published.load_claims(smk.input["claims"], "coax")}
 PUB_SYN = {s: pub[f"synthetic_{s}_auc"] for s in ("clean_energy", "clean_answer", "cond_answer", "coax")}
 # GPT-2 small IOI: the paper's ioi_auc_* and the release's ioi_auc_*_r21 (its AtP, which
 # averages magnitudes, is our atp_mag: score.IOI_AUC_CLAIMS maps claims to methods)

@@ -113,7 +113,11 @@ def test_coax_discovery_figure_explains_its_marks(tmp_path, monkeypatch):
     summ.to_csv(tmp_path / "s.csv", index=False)
     smk = types.SimpleNamespace(
         params=types.SimpleNamespace(figure="discovery"),
-        input={"discovery": tmp_path / "d.csv", "summary": tmp_path / "s.csv"},
+        input={
+            "discovery": tmp_path / "d.csv",
+            "summary": tmp_path / "s.csv",
+            "claims": ROOT / "config/published.yaml",
+        },
         output=[tmp_path / "f.png", tmp_path / "f.pdf"],
         log=[],
         threads=1,
@@ -132,9 +136,14 @@ def test_coax_discovery_figure_explains_its_marks(tmp_path, monkeypatch):
     assert labels == [
         "one (model, prompt set)",
         "mean over (model, prompt set)",
-        "published (GPT-2 small)",
+        "paper (GPT-2 small)",
+        "release 2.1.0 (GPT-2 small)",
         "chance (0.5)",
     ]
+    # the published marks are config/published.yaml's values (paper: ioi_auc_*; release: *_r21)
+    marks = {c.get_label(): c for c in ax.collections if "GPT-2" in str(c.get_label())}
+    assert round(float(marks["paper (GPT-2 small)"].get_offsets()[0][1]), 6) == 0.33  # ioi_auc_single
+    assert round(float(marks["release 2.1.0 (GPT-2 small)"].get_offsets()[0][1]), 6) == 0.581  # eap_ig_r21
     bars = [
         c
         for c in ax.collections
