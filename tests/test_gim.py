@@ -12,6 +12,7 @@ gim_ref = pytest.importorskip("gim")  # the reference package, pinned in require
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
 from selfrepair.gim.backward import GIMConfig, gim, temperature_softmax, tsg_softmax  # noqa: E402
 from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
+from tiny_models import tiny_llama  # noqa: E402
 
 NONE = dict(freeze_norm=False, softmax_temperature=None, q_scale=None, k_scale=None, v_scale=None)
 
@@ -23,20 +24,7 @@ def _tiny_gpt2(folder):
 
 
 def _tiny_llama(folder):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=20,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        head_dim=4,
-    )
-    save_model(LlamaForCausalLM(cfg), folder)
+    save_model(tiny_llama(seed=0), folder)
     save_word_tokenizer(folder, [f"t{i}" for i in range(20)])
 
 

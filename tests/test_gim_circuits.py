@@ -13,23 +13,11 @@ from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge,
 from selfrepair.gim import circuits as C  # noqa: E402
 from selfrepair.gim.backward import GIMConfig, gim  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
+from tiny_models import tiny_llama  # noqa: E402
 
 
 def _save_llama(folder):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(1)
-    cfg = LlamaConfig(
-        vocab_size=20,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        head_dim=4,
-    )
-    save_model(LlamaForCausalLM(cfg), folder)
+    save_model(tiny_llama(seed=1), folder)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge,
 from selfrepair.gim import circuits as C  # noqa: E402
 from selfrepair.gim.tl_reference import tl_edge_scores  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
+from tiny_models import tiny_llama  # noqa: E402
 
 AP = pytest.importorskip("transformer_lens.tools.analysis.attribution_patching")
 
@@ -20,21 +21,7 @@ V = 20
 
 
 def _llama(n_kv: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(1)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=V,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=n_kv,
-            max_position_embeddings=32,
-            head_dim=4,
-        )
-    )
+    return tiny_llama(vocab_size=V, n_kv_heads=n_kv, seed=1)
 
 
 @pytest.fixture(scope="module")

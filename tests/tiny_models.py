@@ -1,0 +1,24 @@
+"""Tiny randomly initialised models of the papers' architectures, built locally (shared by tests)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def tiny_llama(vocab_size: int = 20, n_kv_heads: int = 2, seed: int = 0, max_position_embeddings: int = 32):
+    """A 2-layer Llama (d_model 16, 4 query heads of size 4, ``n_kv_heads`` key/value heads,
+    gated MLP of 32): grouped-query attention when ``n_kv_heads`` < 4."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=n_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        head_dim=4,
+    )
+    return LlamaForCausalLM(cfg)
