@@ -232,3 +232,22 @@ def gim_tables(d: Path) -> dict:
 
 
 TABLES = {"coax": coax_tables, "gim": gim_tables}
+
+
+def golden_for(got: dict) -> dict:
+    """The committed golden tables (``GOLDEN/<key>.csv``) of ``got``'s keys, after checking
+    that each has the same columns, in order, and the same number of rows as ``got``'s."""
+    import pandas as pd
+
+    gold = {k: pd.read_csv(GOLDEN / f"{k}.csv") for k in got}
+    for k in got:
+        assert list(got[k].columns) == list(gold[k].columns), k
+        assert len(got[k]) == len(gold[k]), k
+    return gold
+
+
+def close(got, golden, **tol) -> bool:
+    """Element-wise ``pytest.approx`` of two sequences (NaN equals NaN)."""
+    import pytest
+
+    return list(got) == pytest.approx(list(golden), nan_ok=True, **tol)

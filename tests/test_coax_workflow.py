@@ -108,10 +108,6 @@ def _amp_ratio_tol(g, amp_eps):
         return np.abs(g["amp_ratio"].to_numpy(float)) * (_score_tol(cond) / np.abs(cond) + d_den / den)
 
 
-def _close(got, golden, **tol):
-    return list(got) == pytest.approx(list(golden), nan_ok=True, **tol)
-
-
 def _role_margins(g, n_primary, backup_frac):
     """Per head, how far its role decision (top-n_primary drop; backup score above
     backup_frac x the largest primary drop) is from flipping, in the golden values."""
@@ -134,18 +130,15 @@ def test_coax_tiny_run_matches_golden_values(coax_run):
     """Regression on fixed weights: a change that moves a paper-B score fails here until
     tests/golden is deliberately regenerated (python tests/golden/update.py --papers coax)."""
     got = G.coax_tables(coax_run)
-    gold = {k: pd.read_csv(G.GOLDEN / f"{k}.csv") for k in got}
-    for k in got:
-        assert list(got[k].columns) == list(gold[k].columns), k
-        assert len(got[k]) == len(gold[k]), k
+    gold = G.golden_for(got)
 
     h, gh = got["coax_tiny_ioi_heads"], gold["coax_tiny_ioi_heads"]
     assert list(h["unit"]) == list(gh["unit"])
     for col in ("truth_drop", "backup_score"):
-        assert _close(h[col], gh[col], abs=TRUTH_ABS), col
+        assert G.close(h[col], gh[col], abs=TRUTH_ABS), col
     for col in SCORE_COLUMNS:
-        assert _close(h[col], gh[col], rel=SCORE_REL, abs=SCORE_ABS), col
-    assert _close(h["wake"], gh["wake"], rel=WAKE_REL)
+        assert G.close(h[col], gh[col], rel=SCORE_REL, abs=SCORE_ABS), col
+    assert G.close(h["wake"], gh["wake"], rel=WAKE_REL)
     cfg = _ioi_cfg()
     amp_tol = _amp_ratio_tol(gh, cfg.get("amp_eps", AMP_EPS))
     moved = np.abs(h["amp_ratio"].to_numpy(float) - gh["amp_ratio"].to_numpy(float))
@@ -184,18 +177,18 @@ def test_coax_tiny_run_matches_golden_values(coax_run):
     ind, gind = got["coax_tiny_induction_heads"], gold["coax_tiny_induction_heads"]
     assert list(ind[["model", "unit", "primary"]].itertuples(index=False)) == list(
         gind[["model", "unit", "primary"]].itertuples(index=False))  # fmt: skip
-    assert _close(ind["induction_score"], gind["induction_score"], rel=IND_SCORE_REL)
+    assert G.close(ind["induction_score"], gind["induction_score"], rel=IND_SCORE_REL)
     for col in ("single", "cond", "comp"):
-        assert _close(ind[col], gind[col], abs=IND_ABS), col
+        assert G.close(ind[col], gind[col], abs=IND_ABS), col
     sets, gsets = got["coax_tiny_induction"], gold["coax_tiny_induction"]
     for col in ("model", "k", "k_eff", "n_candidates", "degenerate"):
         assert list(sets[col]) == list(gsets[col]), col
     for col in ("drop_coax", "drop_random", "drop_coax_with_primaries", "drop_random_with_primaries"):
-        assert _close(sets[col], gsets[col], abs=IND_ABS), col
+        assert G.close(sets[col], gsets[col], abs=IND_ABS), col
     for col in ("ratio_alone", "ratio_with_primaries"):
-        assert _close(sets[col], gsets[col], rel=IND_RATIO_REL), col
+        assert G.close(sets[col], gsets[col], rel=IND_RATIO_REL), col
 
     pr, gpr = got["coax_tiny_pruning"], gold["coax_tiny_pruning"]
     for col in ("method", "sparsity", "n_pruned", "is_headline"):
         assert list(pr[col]) == list(gpr[col]), col
-    assert _close(pr["perplexity"], gpr["perplexity"], rel=PPL_REL)
+    assert G.close(pr["perplexity"], gpr["perplexity"], rel=PPL_REL)

@@ -76,10 +76,6 @@ M_REL = 3e-5
 FA_ABS, FA_REL = 3e-6, 5e-4
 
 
-def _close(got, golden, **tol):
-    return list(got) == pytest.approx(list(golden), nan_ok=True, **tol)
-
-
 def _ranking_stable(scores) -> bool:
     """No two distinct golden |scores| (signed ones too) within 2 x the edge tolerance: a
     within-tolerance move cannot reorder the edges, so top-n circuits stay the same.
@@ -95,15 +91,12 @@ def test_tiny_gim_run_matches_golden_values(gim_run):
     """Regression on fixed weights: a change that moves a paper-C score fails here until
     tests/golden is deliberately regenerated (python tests/golden/update.py --papers gim)."""
     got = G.gim_tables(gim_run)
-    gold = {k: pd.read_csv(G.GOLDEN / f"{k}.csv") for k in got}
-    for k in got:
-        assert list(got[k].columns) == list(gold[k].columns), k
-        assert len(got[k]) == len(gold[k]), k
+    gold = G.golden_for(got)
 
     e, ge = got["gim_tiny_edges"], gold["gim_tiny_edges"]
     key = ["task", "model", "seed", "method", "edge"]
     assert list(e[key].itertuples(index=False)) == list(ge[key].itertuples(index=False))
-    assert _close(e["score"], ge["score"], rel=EDGE_REL, abs=EDGE_ABS)
+    assert G.close(e["score"], ge["score"], rel=EDGE_REL, abs=EDGE_ABS)
     stable = {}
     for k, g in ge.groupby(key[:-1]):
         stable[k] = _ranking_stable(g["score"].to_numpy())
@@ -116,7 +109,7 @@ def test_tiny_gim_run_matches_golden_values(gim_run):
     for col in ("task", "model", "seed", "method", "n_edges"):
         assert list(loc[col]) == list(gloc[col]), col
     for col in ("m_full", "m_empty"):
-        assert _close(loc[col], gloc[col], rel=M_REL), col
+        assert G.close(loc[col], gloc[col], rel=M_REL), col
     for (_, row), (_, grow) in zip(loc.iterrows(), gloc.iterrows()):
         k = (row["task"], row["model"], row["seed"], row["method"])
         if stable[k]:  # else another circuit may be picked at some fraction: not compared
@@ -127,5 +120,5 @@ def test_tiny_gim_run_matches_golden_values(gim_run):
     for col in ("task", "model", "method", "n"):
         assert list(fa[col]) == list(gfa[col]), col
     for col in ("comprehensiveness", "sufficiency", "comprehensiveness_se", "sufficiency_se"):
-        assert _close(fa[col], gfa[col], rel=FA_REL, abs=FA_ABS), col
+        assert G.close(fa[col], gfa[col], rel=FA_REL, abs=FA_ABS), col
     assert ((fa["ground_truth_hit"] - gfa["ground_truth_hit"]).abs() <= 1 / gfa["n"] + 1e-12).all()
