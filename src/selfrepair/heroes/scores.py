@@ -96,9 +96,14 @@ def ablation_correct(
     sets: Sequence[Sequence[Component]],
     mode: str,
     means: dict | None,
-    max_rows: int = 8192,
+    max_rows: int = 1024,
 ) -> torch.Tensor:
-    """Bool [len(sets), B]: exact match of every sequence with each set ablated."""
+    """Bool [len(sets), B]: exact match of every sequence with each set ablated.
+
+    ``max_rows`` bounds the rows of one forward (ablation sets are stacked until it is
+    reached). Stacking costs time on a CPU: C of a sorting model over 1000 sequences (21
+    sets, one thread, portable) took 19.1 s at 8 sets per forward (max_rows 8192) and
+    10.2 s at one (1024), with identical outcomes; hence the default."""
     rows = interventions.run_ablated(
         bridge,
         batch.tokens,
