@@ -15,6 +15,7 @@ include: "workflow/rules/heroes.smk"
 include: "workflow/rules/heroes_grid.smk"
 include: "workflow/rules/coax.smk"
 include: "workflow/rules/gim.smk"
+include: "workflow/rules/groundtruth.smk"
 include: "workflow/rules/published.smk"
 
 

@@ -34,7 +34,7 @@ def check_config(section, schema_name, where):
 
 
 check_config(config, "config.schema.yaml", "")
-for _paper in ("heroes", "coax", "gim"):
+for _paper in ("heroes", "coax", "gim", "groundtruth"):
     if (SCHEMAS / f"{_paper}.schema.yaml").exists():
         config.setdefault(_paper, {})
         check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
@@ -90,7 +90,7 @@ def register(paper, files):
 
 def all_targets():
     out = []
-    for p in PAPERS:
+    for p in PAPERS + ["groundtruth"]:
         out.extend(TARGETS.get(p, []))
     out.append("results/published/summary.csv")
     return out

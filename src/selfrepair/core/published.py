@@ -32,7 +32,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-STATUSES = ("reproduced", "differs", "fragile", "not run")
+# "new": a finding of this workflow that no paper states (the ground-truth part), no published value
+STATUSES = ("reproduced", "differs", "fragile", "not run", "new")
 COLUMNS = [
     "paper",
     "id",

@@ -1,0 +1,204 @@
+"""Every attribution method of the three papers as a node score, on one model, one
+metric and one batch, so that all of them can be set against the same Shapley values.
+
+The metric v(logits) is the game's (a differentiable scalar, higher = better); a
+component's output a (``hook_z`` slice of a head, ``hook_mlp_out`` of an MLP) is
+"ablated" by replacing it with the game's base value b (its mean, or zero). Every
+score estimates the component's importance as a drop, v(clean) - v(c ablated), or is a
+magnitude where the method has no sign (G, COAX energies):
+
+- ``single``: the exact single-ablation drop of the game (paper A's C, in the game's
+  ablation mode); ``single_zero`` / ``single_mean``: the same with the other base;
+- ``grad_norm`` / ``grad_norm_raw``: paper A's G, the norm of the weight gradient of
+  -v (:func:`selfrepair.core.attribution.gradient_norms`), divided by sqrt(#entries) or
+  raw (the authors' code);
+- ``atp``: attribution patching at node level (= EAP's score summed over a node's
+  outgoing edges, with the ablation as the corrupt activation):
+  sum over examples and positions of (a - b) . dv/da at the clean state;
+- ``eap_ig``: the same with dv/da averaged over ``steps`` states in which every
+  component's output is b + alpha_k (a - b), alpha_k = (k - 1/2) / steps (midpoint
+  rule), i.e. integrated gradients on the activations from the all-ablated state to the
+  clean one (as ``coax.baselines.eap_ig``);
+- ``gim`` (paper C): ``atp`` with dv/da taken under the GIM backward
+  (:func:`selfrepair.gim.backward.gim`: temperature softmax gradient, frozen norm
+  scales, gradient normalization);
+- ``coax_single``, ``coax_cond``, ``coax_comp`` (paper B): :func:`selfrepair.coax.score.scan`
+  with the seed S = the ``n_primary`` heads of largest single drop; components in
+  S have no cond / comp (NaN) and are left out of those methods' comparisons.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from selfrepair.coax import score as coax
+from selfrepair.core import attribution, interventions
+from selfrepair.core.components import Component
+from selfrepair.gim.backward import GIMConfig, frozen, gim, with_hooks
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+GRADIENT_METHODS = ("grad_norm", "grad_norm_raw", "atp", "eap_ig", "gim")
+COAX_METHODS = ("coax_single", "coax_cond", "coax_comp")
+
+
+def _base(hook: str, x: torch.Tensor, mode: str, means: dict | None) -> torch.Tensor:
+    return interventions._replacement(hook, x, mode, means)
+
+
+def activation_gradients(
+    bridge,
+    tokens: torch.Tensor,
+    components: Sequence[Component],
+    metric: Metric,
+    mode: str = "mean",
+    means: dict | None = None,
+    alpha: float = 1.0,
+    config: GIMConfig | None = None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """{hook: (a, b, dv/dy)} for every hook of ``components``: a the clean-path output of
+    the hook at this state, b its base value (broadcastable), and the gradient of
+    ``metric`` with respect to the hook's output y = b + ``alpha`` (a - b), every hook
+    interpolated at once (``alpha`` = 1: the clean model). ``config``: the gradient
+    under the GIM backward. Parameters are frozen for the call (no ``.grad`` is filled).
+    """
+    if mode not in interventions.MODES:
+        raise ValueError(f"unknown ablation mode {mode!r}; expected one of {interventions.MODES}")
+    hooks = sorted({c.hook for c in components})
+    store: dict[str, tuple] = {}
+
+    def keep(name):  # bound to the name asked for (the bridge reports aliases)
+        def fn(x, hook):
+            b = _base(name, x, mode, means)
+            y = x if alpha == 1.0 else b + alpha * (x - b)
+            if not y.requires_grad:  # nothing upstream needs a gradient (the first hook)
+                y = y.detach().requires_grad_(True)
+            store[name] = (x.detach(), b, y)
+            return y
+
+        return fn
+
+    with frozen(bridge), torch.enable_grad():
+        ctx = gim(bridge, config) if config is not None else _null()
+        with ctx, with_hooks(bridge, [(h, keep(h)) for h in hooks]):
+            value = metric(bridge(tokens))
+            grads = torch.autograd.grad(value, [store[h][2] for h in hooks], allow_unused=True)
+    return {
+        h: (store[h][0], store[h][1], torch.zeros_like(store[h][2]) if g is None else g.detach())
+        for h, g in zip(hooks, grads)
+    }
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _node_products(state: dict, components: Sequence[Component], clean: dict | None = None) -> dict[str, float]:
+    """Per component, sum over examples, positions and dims of (a_clean - b) * g, with
+    a_clean from ``clean`` (default: ``state``'s own a) and g from ``state``."""
+    clean = clean or state
+    out = {}
+    for c in components:
+        a, b, _ = clean[c.hook]
+        g = state[c.hook][2]
+        d = (a - b).expand_as(a) * g
+        out[c.name] = float((d[:, :, c.head, :] if c.is_head else d).double().sum())
+    return out
+
+
+def atp(bridge, tokens, components, metric, mode="mean", means=None) -> dict[str, float]:
+    """Node attribution patching: first-order estimate of each component's drop."""
+    return _node_products(activation_gradients(bridge, tokens, components, metric, mode, means), components)
+
+
+def gim_scores(bridge, tokens, components, metric, mode="mean", means=None, config=None) -> dict[str, float]:
+    """``atp`` with the gradient under the GIM backward (default: all three modifications)."""
+    state = activation_gradients(bridge, tokens, components, metric, mode, means, config=config or GIMConfig())
+    return _node_products(state, components)
+
+
+def eap_ig(bridge, tokens, components, metric, mode="mean", means=None, steps: int = 5) -> dict[str, float]:
+    """Integrated gradients on the component outputs, ``steps`` midpoints (module doc)."""
+    if steps < 1:
+        raise ValueError("eap_ig needs steps >= 1")
+    clean = activation_gradients(bridge, tokens, components, metric, mode, means)
+    total = dict.fromkeys((c.name for c in components), 0.0)
+    for k in range(1, steps + 1):
+        state = activation_gradients(bridge, tokens, components, metric, mode, means, alpha=(k - 0.5) / steps)
+        for name, v in _node_products(state, components, clean).items():
+            total[name] += v / steps
+    return total
+
+
+def grad_norms(bridge, tokens, components, metric, normalization="sqrt") -> dict[str, float]:
+    """Paper A's G on this batch and metric: norm of each component's weight gradient of -v."""
+
+    batch = SimpleNamespace(tokens=tokens)  # gradient_norms reads batch.tokens
+    norms = attribution.gradient_norms(bridge, [batch], components, lambda lg, b: -metric(lg), normalization)
+    bridge.zero_grad(set_to_none=True)  # leave no .grad behind
+    return {k: float(v[0]) for k, v in norms.items()}
+
+
+def coax_scores(
+    bridge, tokens, components, primaries, mode="mean", means=None, protocol="v2", top_r=192, max_rows=4096
+) -> dict[str, dict[str, float]]:
+    """COAX's single energy, cond and comp per component, seed S = ``primaries``."""
+    t = coax.scan(bridge, tokens, components, primaries, protocol, top_r, mode, means, max_rows=max_rows).table
+    t = t.set_index("unit")
+    return {f"coax_{k}": {u: float(t.loc[u, k]) for u in t.index} for k in ("single", "cond", "comp")}
+
+
+def all_methods(
+    bridge,
+    tokens: torch.Tensor,
+    components: Sequence[Component],
+    metric: Metric,
+    singles: dict[str, dict[str, float]],
+    mode: str = "mean",
+    means: dict | None = None,
+    n_primary: int = 3,
+    ig_steps: int = 5,
+    protocol: str = "v2",
+    top_r: int = 192,
+    max_rows: int = 4096,
+) -> pd.DataFrame:
+    """Long table ``method``, ``component``, ``score`` of every method of the module doc.
+
+    ``singles``: {``mean``/``zero``: {component: exact single drop}} of the game's metric
+    (the ``single`` method is the one of the game's ``mode``; every mode given is also a
+    ``single_{mode}`` method). COAX's seed: the ``n_primary`` heads with the largest
+    single drop in the game's mode (paper B seeds with heads, the name movers).
+    """
+    components = list(components)
+    if mode not in singles:
+        raise ValueError(f"singles has no {mode!r} drops (the game's mode)")
+    names = [c.name for c in components]
+    scores: dict[str, dict[str, float]] = {"single": singles[mode]}
+    for m, d in singles.items():
+        scores[f"single_{m}"] = d
+    scores["grad_norm"] = grad_norms(bridge, tokens, components, metric, "sqrt")
+    scores["grad_norm_raw"] = grad_norms(bridge, tokens, components, metric, "raw")
+    scores["atp"] = atp(bridge, tokens, components, metric, mode, means)
+    scores["eap_ig"] = eap_ig(bridge, tokens, components, metric, mode, means, ig_steps)
+    scores["gim"] = gim_scores(bridge, tokens, components, metric, mode, means)
+    heads = [c.name for c in components if c.is_head]
+    order = sorted(heads, key=lambda n: -singles[mode][n])
+    primaries = [c for c in components if c.name in set(order[:n_primary])]
+    scores.update(coax_scores(bridge, tokens, components, primaries, mode, means, protocol, top_r, max_rows))
+    rows = [
+        {"method": m, "component": n, "score": float(d[n])}
+        for m, d in scores.items()
+        for n in names
+        if n in d and np.isfinite(d[n])
+    ]
+    out = pd.DataFrame(rows, columns=["method", "component", "score"])
+    out.attrs["primaries"] = [c.name for c in primaries]
+    return out

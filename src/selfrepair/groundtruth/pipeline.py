@@ -1,0 +1,179 @@
+"""One model's ground truth and method scores (the job of rule groundtruth_model).
+
+For each game of the model (paper A: the smooth log-probability game and exact-match
+accuracy; toy IOI and paper C's toys: the logit difference), over every head and MLP:
+
+- Shapley values: exact (all 2^n coalitions) when n <= ``exact_max_players``, else the
+  antithetic permutation estimator with its standard errors (truncated at the game's
+  floor where it has one: accuracy 0);
+- every pair's joint-minus-individual drop (1 + n + n(n-1)/2 coalitions), and the
+  exact Shapley interaction index where the Shapley values are exact;
+- the single drops in both ablation modes;
+
+and every method of :mod:`selfrepair.groundtruth.methods` on the same batch, with the
+gradient methods on the first (differentiable) game's metric.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from selfrepair.core import interventions
+from selfrepair.core.components import Component
+from selfrepair.groundtruth import games, methods
+from selfrepair.groundtruth import shapley as sh
+
+
+@dataclass
+class GameSpec:
+    """A game of the model: v(logits) (a scalar tensor), whether it is differentiable
+    (the gradient methods use the first such game), and its floor (absorbing minimum,
+    or None)."""
+
+    name: str
+    reduce: Callable[[torch.Tensor], torch.Tensor]
+    differentiable: bool = True
+    floor: float | None = None
+
+
+@dataclass
+class Settings:
+    mode: str = "mean"
+    exact_max_players: int = 12
+    max_permutations: int = 128
+    rel_se: float = 0.05
+    pairs_per_round: int = 8
+    seed: int = 0
+    max_rows: int = 1024
+    n_primary: int = 3
+    ig_steps: int = 5
+    protocol: str = "v2"
+    top_r: int = 192
+
+
+def _singles(bridge, tokens, reduce, components, mode, means, max_rows) -> dict[str, float]:
+    game = games.AblationGame(bridge, tokens, reduce, mode, means, max_rows)
+    v = game([[]] + [[c] for c in components])
+    return {c.name: float(v[0] - v[i + 1]) for i, c in enumerate(components)}
+
+
+def model_tables(
+    bridge,
+    tokens: torch.Tensor,
+    specs: Sequence[GameSpec],
+    components: Sequence[Component],
+    means: dict | None,
+    settings: Settings,
+) -> dict[str, pd.DataFrame]:
+    """Tables ``shapley`` (game, component, shapley, se, single, estimator, ...),
+    ``interactions`` (game, u, v, interaction, shapley_interaction) and ``scores``
+    (game, method, component, score) of one model; ``timing`` (part, seconds,
+    coalitions)."""
+    components = list(components)
+    n = len(components)
+    grad_spec = next((s for s in specs if s.differentiable), None)
+    if grad_spec is None:
+        raise ValueError("no differentiable game: the gradient methods need one")
+    other = "zero" if settings.mode == "mean" else "mean"
+    shap_rows, inter_frames, score_frames, timing = [], [], [], []
+    method_scores = None
+    for spec in specs:
+        t0 = time.perf_counter()
+        game = games.AblationGame(bridge, tokens, spec.reduce, settings.mode, means, settings.max_rows)
+        if n <= settings.exact_max_players:
+            values = sh.coalition_values(game, components, max_players=settings.exact_max_players)
+            phi, se = sh.shapley_from_values(values), np.zeros(n)
+            res = sh.ShapleyResult(
+                components, phi, se, float(values[0]), float(values[-1]), "exact", n_evaluations=len(values)
+            )
+            sii = sh.interaction_index_from_values(values)
+        else:
+            res = sh.permutation_shapley(
+                game,
+                components,
+                max_permutations=settings.max_permutations,
+                rel_se=settings.rel_se,
+                pairs_per_round=settings.pairs_per_round,
+                seed=settings.seed,
+                floor=spec.floor,
+                chunk=4096,
+            )
+            sii = None
+        t_shap = time.perf_counter() - t0
+        singles, pairs = sh.pairwise_interactions(game, components)
+        single = dict(zip(singles["unit"], singles["drop"]))
+        idx = {c.name: i for i, c in enumerate(components)}
+        pairs["shapley_interaction"] = (
+            [float(sii[idx[u], idx[v]]) for u, v in zip(pairs["u"], pairs["v"])] if sii is not None else np.nan
+        )
+        pairs.insert(0, "game", spec.name)
+        inter_frames.append(pairs)
+        for c, phi, s in zip(components, res.values, res.se):
+            shap_rows.append(
+                {
+                    "game": spec.name,
+                    "component": c.name,
+                    "shapley": float(phi),
+                    "se": float(s),
+                    "single": float(single[c.name]),
+                    "estimator": res.method,
+                    "n_permutations": res.n_permutations,
+                    "n_evaluations": res.n_evaluations,
+                    "n_truncated": res.n_truncated,
+                    "converged": bool(res.converged),
+                    "v_empty": res.v_empty,
+                    "v_full": res.v_full,
+                }
+            )
+        timing.append({"part": f"shapley {spec.name}", "seconds": t_shap, "coalitions": res.n_evaluations})
+        t1 = time.perf_counter()
+        by_mode = {
+            settings.mode: single,
+            other: _singles(bridge, tokens, spec.reduce, components, other, means, settings.max_rows),
+        }
+        if method_scores is None and spec is grad_spec:
+            method_scores = methods.all_methods(
+                bridge,
+                tokens,
+                components,
+                spec.reduce,
+                by_mode,
+                settings.mode,
+                means,
+                settings.n_primary,
+                settings.ig_steps,
+                settings.protocol,
+                settings.top_r,
+                settings.max_rows,
+            )
+        rows = [
+            {"method": m, "component": k, "score": v}
+            for m, d in [("single", single)] + [(f"single_{md}", d) for md, d in by_mode.items()]
+            for k, v in d.items()
+        ]
+        score_frames.append(pd.DataFrame(rows).assign(game=spec.name))
+        timing.append({"part": f"pairs and singles {spec.name}", "seconds": time.perf_counter() - t1, "coalitions": 0})
+    # the gradient and COAX methods (one set, on the differentiable game's metric) stand
+    # beside every game's Shapley values; the single drops are each game's own
+    shared = method_scores[~method_scores["method"].str.startswith("single")]
+    for spec in specs:
+        score_frames.append(shared.assign(game=spec.name))
+    scores = pd.concat(score_frames, ignore_index=True)[["game", "method", "component", "score"]]
+    return {
+        "shapley": pd.DataFrame(shap_rows),
+        "interactions": pd.concat(inter_frames, ignore_index=True),
+        "scores": scores,
+        "timing": pd.DataFrame(timing),
+        "primaries": method_scores.attrs["primaries"],
+    }
+
+
+def component_means(bridge, tokens: torch.Tensor, components) -> dict:
+    """The mean output of every component over ``tokens`` (the evaluation batch)."""
+    return interventions.component_means(bridge, [tokens], components)

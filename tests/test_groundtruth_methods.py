@@ -1,0 +1,267 @@
+"""Issue 10, wired: every method as a node score (checked against paper B's own baselines,
+finite differences and paper A's G), one model's tables against brute force, and the
+agreement tables and findings on hand-built inputs."""
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from selfrepair.coax import baselines
+from selfrepair.core import attribution, interventions, models
+from selfrepair.core import components as C
+from selfrepair.gim.backward import GIMConfig
+from selfrepair.groundtruth import methods, pipeline
+from selfrepair.groundtruth import tables as gt
+from selfrepair.heroes import scores as heroes
+from selfrepair.tasks import sequences as S
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny paper-A GPT-2 (2 layers, 2 heads; PyTorch's default init) and a batch."""
+    cfg = models.gpt2_toy_config(S.VOCAB, n_layers=2, n_heads=2, d_model=32, d_mlp=64, n_ctx=32)
+    folder = tmp_path_factory.mktemp("gtm") / "model"
+    models.save_model(models.build_gpt2_toy(cfg, init="torch", seed=1), folder)
+    bridge = models.load_bridge(folder)
+    batch = S.eval_set("sort", 4, 12, seed=3)
+    comps = C.all_components(2, 2)
+    means = interventions.component_means(bridge, [batch.tokens], comps)
+    return bridge, batch, comps, means
+
+
+def logprob(batch):
+    return lambda lg: -heroes.lm_loss(lg, batch)
+
+
+def test_atp_and_eap_ig_are_paper_b_baselines_as_drops(tiny):
+    """Zero ablation of heads: paper B's atp / eap_ig estimate L(ablated) - L(clean); the
+    node methods estimate the drop, so they are the same numbers with the sign flipped."""
+    bridge, batch, comps, _ = tiny
+    heads = [c for c in comps if c.is_head]
+    metric = logprob(batch)
+    ours = methods.atp(bridge, batch.tokens, heads, metric, "zero")
+    ref = baselines.atp(bridge, batch.tokens, heads, metric)
+    assert max(abs(v) for v in ref.values()) > 1e-3
+    assert [ours[h.name] for h in heads] == pytest.approx([-ref[h.name] for h in heads], rel=1e-4, abs=1e-6)
+    ours = methods.eap_ig(bridge, batch.tokens, heads, metric, "zero", steps=4)
+    ref = baselines.eap_ig(bridge, batch.tokens, heads, metric, steps=4)
+    assert [ours[h.name] for h in heads] == pytest.approx([-ref[h.name] for h in heads], rel=1e-4, abs=1e-6)
+
+
+def test_atp_is_the_first_order_drop_of_mean_ablation(tiny):
+    """Moving one component's output a step eps toward its mean changes v by about
+    -eps * atp (central finite difference, every component)."""
+    bridge, batch, comps, means = tiny
+    metric = logprob(batch)
+    est = methods.atp(bridge, batch.tokens, comps, metric, "mean", means)
+    eps = 1e-2
+
+    def v_at(c, t):
+        def hook(x, hook):
+            b = means[c.hook].to(x.dtype)
+            y = x + t * (b - x)
+            if c.is_head:
+                x = x.clone()
+                x[:, :, c.head] = y[:, :, c.head]
+                return x
+            return y
+
+        with torch.no_grad():
+            return float(metric(bridge.run_with_hooks(batch.tokens, fwd_hooks=[(c.hook, hook)])))
+
+    fd = {c.name: (v_at(c, -eps) - v_at(c, eps)) / (2 * eps) for c in comps}
+    scale = max(abs(x) for x in fd.values())
+    assert scale > 1e-2
+    for c in comps:
+        assert est[c.name] == pytest.approx(fd[c.name], abs=0.02 * scale)
+
+
+def test_gim_without_modifications_is_atp_and_with_them_differs(tiny):
+    bridge, batch, comps, means = tiny
+    metric = logprob(batch)
+    a = methods.atp(bridge, batch.tokens, comps, metric, "mean", means)
+    plain = methods.gim_scores(bridge, batch.tokens, comps, metric, "mean", means, GIMConfig.none())
+    full = methods.gim_scores(bridge, batch.tokens, comps, metric, "mean", means)
+    assert [plain[c.name] for c in comps] == pytest.approx([a[c.name] for c in comps], rel=1e-5, abs=1e-7)
+    assert max(abs(full[c.name] - a[c.name]) for c in comps) > 1e-3
+    assert all(p.grad is None for p in bridge.parameters())
+
+
+def test_grad_norms_are_heroes_g_and_leave_no_grad(tiny):
+    bridge, batch, comps, _ = tiny
+    ours = methods.grad_norms(bridge, batch.tokens, comps, logprob(batch), "sqrt")
+    ref = attribution.gradient_norms(bridge, [batch], comps, heroes.lm_loss, "sqrt")
+    bridge.zero_grad(set_to_none=True)
+    assert [ours[c.name] for c in comps] == pytest.approx([ref[c.name][0] for c in comps], rel=1e-6)
+    ours = methods.grad_norms(bridge, batch.tokens, comps, logprob(batch), "sqrt")
+    assert all(p.grad is None for p in bridge.parameters())
+
+
+def brute_force(bridge, batch, comps, means, reduce):
+    """v of every coalition from its own run, and Shapley values over all n! orderings."""
+    value = {}
+    for k in range(len(comps) + 1):
+        for s in itertools.combinations(comps, k):
+            value[frozenset(s)] = float(
+                interventions.run_ablated(bridge, batch.tokens, [list(s)], "mean", means, reduce=reduce)[0]
+            )
+    phi = np.zeros(len(comps))
+    for order in itertools.permutations(range(len(comps))):
+        pre = frozenset()
+        for i in order:
+            phi[i] += value[pre] - value[pre | {comps[i]}]
+            pre = pre | {comps[i]}
+    return value, phi / math.factorial(len(comps))
+
+
+def test_model_tables_on_a_tiny_model_against_brute_force(tiny):
+    bridge, batch, comps, means = tiny
+    specs = [
+        pipeline.GameSpec("logprob", logprob(batch)),
+        pipeline.GameSpec(
+            "accuracy", lambda lg: heroes.exact_match(lg, batch.targets, batch.mask).float().mean(), False, 0.0
+        ),
+    ]
+    t = pipeline.model_tables(bridge, batch.tokens, specs, comps, means, pipeline.Settings(mode="mean", n_primary=2))
+    value, phi = brute_force(bridge, batch, comps, means, logprob(batch))
+    s = t["shapley"][t["shapley"]["game"] == "logprob"].set_index("component")
+    assert set(s["estimator"]) == {"exact"}
+    assert s.loc[[c.name for c in comps], "shapley"].to_numpy() == pytest.approx(phi, abs=2e-5)
+    e = frozenset()
+    single = {c.name: value[e] - value[frozenset([c])] for c in comps}
+    assert s.loc[[c.name for c in comps], "single"].to_numpy() == pytest.approx(list(single.values()), abs=2e-5)
+    i = t["interactions"][t["interactions"]["game"] == "logprob"].set_index(["u", "v"])
+    a, b = comps[0], comps[3]
+    jmi = value[e] - value[frozenset([a, b])] - single[a.name] - single[b.name]
+    assert i.loc[(a.name, b.name), "interaction"] == pytest.approx(jmi, abs=2e-5)
+    assert np.isfinite(i["shapley_interaction"]).all()
+    sc = t["scores"]
+    want = {"single", "single_mean", "single_zero", *methods.GRADIENT_METHODS, *methods.COAX_METHODS}
+    for game in ("logprob", "accuracy"):
+        assert set(sc.loc[sc["game"] == game, "method"]) == want
+    # the single method is each game's own drop; the gradient methods are shared
+    acc_single = sc[(sc["game"] == "accuracy") & (sc["method"] == "single")].set_index("component")["score"]
+    acc = t["shapley"][t["shapley"]["game"] == "accuracy"].set_index("component")["single"]
+    assert acc_single.loc[acc.index].to_numpy() == pytest.approx(acc.to_numpy(), abs=1e-12)
+    g = sc[sc["method"] == "atp"].pivot_table(index="component", columns="game", values="score")
+    assert g["logprob"].to_numpy() == pytest.approx(g["accuracy"].to_numpy(), abs=0)
+    # COAX: the two primaries (heads of largest single drop) have no cond / comp
+    assert len(t["primaries"]) == 2 and all(C.parse(p).is_head for p in t["primaries"])
+    comp_units = set(sc.loc[sc["method"] == "coax_comp", "component"])
+    assert comp_units == {c.name for c in comps} - set(t["primaries"])
+
+
+def test_sampled_shapley_within_its_se_of_the_exact_value(tiny):
+    bridge, batch, comps, means = tiny
+    spec = [pipeline.GameSpec("logprob", logprob(batch))]
+    exact = pipeline.model_tables(bridge, batch.tokens, spec, comps, means, pipeline.Settings(mode="mean"))["shapley"]
+    st = pipeline.Settings(mode="mean", exact_max_players=3, max_permutations=64, rel_se=1e-9)
+    samp = pipeline.model_tables(bridge, batch.tokens, spec, comps, means, st)["shapley"]
+    assert set(samp["estimator"]) == {"permutation"} and (samp["se"] > 0).any()
+    z = (samp["shapley"] - exact["shapley"]).abs() / samp["se"].clip(lower=1e-9)
+    assert (z < 4.5).all()
+
+
+def test_no_differentiable_game_is_refused(tiny):
+    bridge, batch, comps, means = tiny
+    spec = [pipeline.GameSpec("accuracy", lambda lg: lg.sum() * 0, differentiable=False)]
+    with pytest.raises(ValueError, match="differentiable"):
+        pipeline.model_tables(bridge, batch.tokens, spec, comps, means, pipeline.Settings())
+
+
+# ---------------------------------------------------------------- tables ----------
+def hand_scores():
+    """Two models of one group; 'good' ranks as Shapley does, 'bad' reversed."""
+    rows, shap = [], []
+    for model, phi in (("m1", [3.0, 2.0, 1.0, 0.5]), ("m2", [1.0, 4.0, 2.0, 0.1])):
+        names = ["L0H0", "L0H1", "L1H0", "L1MLP"]
+        for n, p in zip(names, phi):
+            shap.append({"family": "f", "group": "g", "model": model, "game": "v", "component": n, "shapley": p,
+                         "se": 0.0, "single": p if n != "L1H0" else 0.0})
+            rows.append({"family": "f", "group": "g", "model": model, "game": "v", "method": "good", "component": n,
+                         "score": 2 * p})
+            rows.append({"family": "f", "group": "g", "model": model, "game": "v", "method": "bad", "component": n,
+                         "score": -p})
+    return pd.DataFrame(rows), pd.DataFrame(shap)
+
+
+def test_agreement_tables_on_hand_built_scores():
+    scores, shap = hand_scores()
+    per = gt.agreement_models(scores, shap, k=2)
+    good = per[per["method"] == "good"]
+    bad = per[per["method"] == "bad"]
+    assert good["spearman"].tolist() == pytest.approx([1.0, 1.0])
+    assert bad["spearman"].tolist() == pytest.approx([-1.0, -1.0])
+    assert good["top_k_share"].tolist() == [1.0, 1.0] and bad["top_k_share"].tolist() == [0.0, 0.0]
+    # m2: L1H0 is second by Shapley with single 0 (hidden); 'good' has it in its top 2
+    m2 = per[per["model"] == "m2"].set_index("method")
+    assert m2.loc["good", "n_hidden"] == 1 and m2.loc["good", "hidden_recall"] == 1.0
+    assert m2.loc["bad", "hidden_recall"] == 0.0
+    summ = gt.agreement_summary(per, n_boot=200)
+    assert set(summ["method"]) == {"good", "bad"} and (summ["n_models"] == 2).all()
+    d = gt.paired_difference(per, "good", "bad", "spearman", n_boot=200)
+    assert d["mean"] == pytest.approx(2.0) and d["a_higher"] == 2 and d["n"] == 2
+
+
+def test_backup_recall_counts_only_the_labelled_role():
+    labels = pd.DataFrame(
+        {
+            "model": ["m"] * 5,
+            "unit": ["L0H0", "L0H1", "L1H0", "L1H1", "L2H0"],
+            "role": ["primary", "other", "downstream_backup", "same_layer_redundancy", "downstream_backup"],
+        }
+    )
+    scores = pd.DataFrame(
+        {
+            "model": ["m"] * 5,
+            "method": ["x"] * 5,
+            "component": ["L0H0", "L0H1", "L1H0", "L1H1", "L2H0"],
+            "score": [9.0, 0.1, 5.0, 6.0, 0.0],
+        }
+    )
+    r = gt.backup_recall(scores, labels).iloc[0]
+    # candidates: the 4 non-primaries; k = 2 downstream backups; top 2 = L1H1, L1H0 -> 1 hit
+    assert r["n_candidates"] == 4 and r["k"] == 2 and r["hits"] == 1 and r["recall"] == 0.5
+
+
+def test_paper_b_rankings_against_the_corrected_labels():
+    labels = pd.DataFrame(
+        {
+            "model": ["ioi/seed1"] * 4,
+            "unit": ["L0H0", "L1H0", "L2H0", "L2H1"],
+            "role": ["primary", "same_layer_redundancy", "downstream_backup", "other"],
+        }
+    )
+    t = pd.DataFrame(
+        {
+            "model_seed": 1,
+            "data_seed": 11,
+            "unit": ["L0H0", "L1H0", "L2H0", "L2H1"],
+            "single": [9.0, 3.0, 0.1, 0.2],
+            "comp": [np.nan, 0.5, 2.0, 0.0],
+        }
+    )
+    for m in ("atp", "eap_ig", "atp_star", "atp_mag", "cond_grad", "atp_star_2s", "amp_ratio"):
+        t[m] = 0.0
+    r = gt.paper_b_recall(t, labels).set_index("method")
+    # k = 1 downstream backup (L2H0), over the 3 non-primaries: COAX's comp ranks it first,
+    # single ablation ranks L1H0 (same layer as a primary's repair, not dormant) first
+    assert r.loc["coax", "k"] == 1 and r.loc["coax", "recall"] == 1.0
+    assert r.loc["single", "recall"] == 0.0 and r.loc["single", "n_candidates"] == 3
+
+
+def test_findings_are_new_rows_with_their_intervals():
+    scores, shap = hand_scores()
+    scores = scores.assign(group="heroes/sort", game="accuracy")
+    scores["method"] = scores["method"].map({"good": "single", "bad": "grad_norm"})
+    shap = shap.assign(group="heroes/sort", game="accuracy")
+    per = gt.agreement_models(scores, shap, k=2)
+    f = gt.findings(per, None, n_boot=200).set_index("id")
+    assert f.loc["gt_heroes_spearman_single", "status"] == "new"
+    assert f.loc["gt_heroes_spearman_single", "reproduced"] == pytest.approx(1.0)
+    assert f.loc["gt_heroes_single_minus_g", "reproduced"] == pytest.approx(2.0)
+    assert f.loc["gt_gim_minus_eap", "status"] == "not run"  # no paper-C models here

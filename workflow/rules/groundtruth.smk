@@ -1,0 +1,234 @@
+# Ground truth across the papers (issue 10): Shapley values of every head and MLP, and
+# every attribution method of the three papers on the same models and data.
+# per model:  results/groundtruth/models/{heroes/{task}/seed{seed} | ioi/seed{seed} |
+#             gim/{gtask}/{gmodel}/seed{gseed}}/{shapley,interactions,scores,timing}.csv, info.json
+# tables:     results/groundtruth/tables/agreement.csv (per group, game, method: mean over
+#             models, bootstrap CI), agreement_models.csv, shapley.csv, interactions.csv,
+#             scores.csv, ioi_labels.csv, ioi_label_sweep.csv, ioi_backup_recall.csv, runtime.csv
+# -> results/groundtruth/figures/{agreement,scatter}.png, results/published/groundtruth.csv
+
+GT = config["groundtruth"]
+GT_DIR = "results/groundtruth"
+GT_FILES = ("shapley", "interactions", "scores", "timing")
+GT_SETTINGS = {
+    k: GT[k]
+    for k in (
+        "exact_max_players",
+        "max_permutations",
+        "rel_se",
+        "pairs_per_round",
+        "seed",
+        "max_rows",
+        "n_primary",
+        "ig_steps",
+    )
+}
+GT_CODE = code_hash(
+    "groundtruth/pipeline",
+    "groundtruth/methods",
+    "groundtruth/games",
+    "groundtruth/shapley",
+    "core/interventions",
+    "core/attribution",
+    "coax/score",
+    "gim/backward",
+)
+
+
+def gt_models():
+    """Model ids of every family whose paper runs: heroes/{task}/seed{s}, ioi/seed{s},
+    gim/{task}/{model}/seed{s}."""
+    out = []
+    if "heroes" in PAPERS:
+        seeds = [s for s in GT["heroes"]["seeds"] if s in config["heroes"]["seeds"]]
+        out += [f"heroes/{t}/seed{s}" for t in config["heroes"]["tasks"] for s in seeds]
+    if "coax" in PAPERS:
+        out += [f"ioi/seed{s}" for s in C_IOI["seeds"]]
+    if "gim" in PAPERS:
+        out += [
+            f"gim/{t}/{m}/seed{s}" for t in GIM["tasks"] for m in G_MODELS for s in G_SEEDS
+        ]
+    return out
+
+
+def gt_out(prefix):
+    d = {f: f"{GT_DIR}/models/{prefix}/{f}.csv" for f in GT_FILES}
+    d["info"] = f"{GT_DIR}/models/{prefix}/info.json"
+    return d
+
+
+GT_COMMON = dict(
+    settings=GT_SETTINGS,
+    device=DEVICE,
+    numerics=NUMERICS,
+    code=GT_CODE,
+)
+
+
+rule groundtruth_heroes:
+    input:
+        model="results/heroes/{task}/seed{seed}/model",
+        data="results/heroes/{task}/seed{seed}/ood_batches.pt",
+    output:
+        **gt_out("heroes/{task}/seed{seed}"),
+    log:
+        "logs/groundtruth/heroes/{task}/seed{seed}.log",
+    benchmark:
+        "benchmarks/groundtruth/heroes/{task}/seed{seed}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+    params:
+        family="heroes",
+        group="heroes/{task}",
+        model_id="heroes/{task}/seed{seed}",
+        mode=GT["heroes"]["mode"],
+        n_eval=GT["heroes"]["n_eval"],
+        games=GT["heroes"]["games"],
+        **GT_COMMON,
+    script:
+        "../../scripts/groundtruth_model.py"
+
+
+rule groundtruth_ioi:
+    input:
+        model=f"{C_DIR}/ioi/seed{{seed}}/model",
+    output:
+        **gt_out("ioi/seed{seed}"),
+    log:
+        "logs/groundtruth/ioi/seed{seed}.log",
+    benchmark:
+        "benchmarks/groundtruth/ioi/seed{seed}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+    params:
+        family="ioi",
+        group="ioi",
+        model_id="ioi/seed{seed}",
+        mode=GT["ioi"]["mode"],
+        n_eval=C_IOI["n_prompts"],
+        data_seed=C_IOI["truth_seed"],
+        **GT_COMMON,
+    script:
+        "../../scripts/groundtruth_model.py"
+
+
+rule groundtruth_gim:
+    input:
+        model=f"{G_M}/model",
+    output:
+        **gt_out("gim/{gtask}/{gmodel}/seed{gseed}"),
+    log:
+        "logs/groundtruth/gim/{gtask}/{gmodel}/seed{gseed}.log",
+    benchmark:
+        "benchmarks/groundtruth/gim/{gtask}/{gmodel}/seed{gseed}.tsv"
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+    params:
+        family="gim",
+        group="gim/{gtask}",
+        model_id="gim/{gtask}/{gmodel}/seed{gseed}",
+        task="{gtask}",
+        mode=GT["gim"]["mode"],
+        n_eval=GIM["n_eval"],
+        data_seed=GIM["data_seed"],
+        **GT_COMMON,
+    script:
+        "../../scripts/groundtruth_model.py"
+
+
+GT_TABLES = (
+    "agreement",
+    "agreement_models",
+    "shapley",
+    "interactions",
+    "scores",
+    "ioi_labels",
+    "ioi_label_sweep",
+    "ioi_backup_recall",
+    "runtime",
+)
+
+
+rule groundtruth_tables:
+    input:
+        **{
+            f: expand(f"{GT_DIR}/models/{{m}}/{f}.csv", m=gt_models())
+            for f in GT_FILES
+        },
+        # paper B's own discovery rankings, scored against the corrected toy-IOI labels
+        coax_scores=(
+            expand(
+                f"{C_DIR}/ioi/seed{{s}}/data{{d}}/scores.csv",
+                s=C_IOI["seeds"],
+                d=C_IOI["data_seeds"],
+            )
+            if "coax" in PAPERS
+            else []
+        ),
+    output:
+        **{t: f"{GT_DIR}/tables/{t}.csv" for t in GT_TABLES},
+        published="results/published/groundtruth.csv",
+    log:
+        "logs/groundtruth/tables.log",
+    localrule: True
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        top_k=GT["top_k"],
+        hidden_single_frac=GT["hidden_single_frac"],
+        n_primary=GT["n_primary"],
+        backup_frac=GT["backup_frac"],
+        label_fracs=GT["label_fracs"],
+        n_boot=GT["n_boot"],
+        code=code_hash(
+            "groundtruth/tables", "groundtruth/agreement", "groundtruth/labels", "coax/baselines"
+        ),
+    script:
+        "../../scripts/groundtruth_tables.py"
+
+
+rule groundtruth_figures:
+    input:
+        agreement=f"{GT_DIR}/tables/agreement.csv",
+        shapley=f"{GT_DIR}/tables/shapley.csv",
+        scores=f"{GT_DIR}/tables/scores.csv",
+    output:
+        agreement=report(
+            f"{GT_DIR}/figures/agreement.png",
+            caption="../report/groundtruth.rst",
+            category="Ground truth",
+        ),
+        scatter=report(
+            f"{GT_DIR}/figures/scatter.png",
+            caption="../report/groundtruth.rst",
+            category="Ground truth",
+        ),
+    log:
+        "logs/groundtruth/figures.log",
+    localrule: True
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        code=code_hash("groundtruth/plots"),
+    script:
+        "../../scripts/groundtruth_figures.py"
+
+
+if GT["enabled"] and gt_models():
+    register(
+        "groundtruth",
+        [
+            f"{GT_DIR}/figures/agreement.png",
+            f"{GT_DIR}/figures/scatter.png",
+            "results/published/groundtruth.csv",
+        ],
+    )
