@@ -51,6 +51,23 @@ def test_invalid_config_is_rejected_naming_the_key(tmp_path, bad, message):
     assert message in r.stdout + r.stderr
 
 
+def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
+    """The gpu profile lets several compute jobs share the one GPU (a slot count above 1,
+    every compute job asking for one slot) and fits a 16-core host; checked by a dry run
+    with the profile (no GPU needed)."""
+    prof = ROOT / "workflow" / "profiles" / "gpu"
+    p = yaml.safe_load((prof / "profile.yaml").read_text())
+    slots = int(dict(x.split("=") for x in p["resources"])["gpu"])
+    threads = int(dict(x.split("=") for x in p["config"])["threads"])
+    assert 1 < slots and slots * threads <= 16
+    r = snakemake("-n", "--directory", str(tmp_path), "--workflow-profile", str(prof), *configs(),
+                  "--config", "papers=[gim]", "device=cuda")
+    out = r.stdout + r.stderr
+    compute = out.count("rule gim_train:")
+    assert compute >= 2 and out.count("gpu=1") >= compute  # training jobs each take one slot
+    assert "gpu=0" not in out
+
+
 def test_lint_is_clean():
     r = snakemake("--lint", check=False)
     assert r.returncode == 0, r.stdout + r.stderr

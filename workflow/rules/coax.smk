@@ -53,6 +53,8 @@ rule coax_synthetic:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         synthetic=COAX["synthetic"],
         device=DEVICE,
@@ -73,6 +75,8 @@ rule coax_ioi_train:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         seed="{seed}",
         model=C_IOI["model"],
@@ -97,6 +101,8 @@ rule coax_ioi_truth:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         n_prompts=C_IOI["n_prompts"],
         truth_seed=C_IOI["truth_seed"],
@@ -125,6 +131,8 @@ rule coax_ioi_run:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         seed="{seed}",
         data_seed="{dseed}",
@@ -189,6 +197,8 @@ rule coax_induction_train:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         spec=lambda w: C_IND_MODELS[w.cmodel],
         T=C_IND["T"],
@@ -216,6 +226,8 @@ rule coax_induction_run:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         T=C_IND["T"],
         vocab=C_IND["vocab"],
@@ -267,6 +279,8 @@ rule coax_lm_train:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         model=C_PR["model"],
         seed=C_PR["seed"],
@@ -291,6 +305,8 @@ rule coax_pruning:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         n_ctx=C_PR["model"]["n_ctx"],
         seed=C_PR["seed"],
@@ -326,6 +342,8 @@ rule coax_real:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         real=COAX["real"],
         protocol=COAX["protocol"],

@@ -146,3 +146,38 @@ def grid_measured(name):
 def grid_model_input(name):
     """Input function: a file of the model a grid job measures."""
     return lambda wc: str(Path(grid_model_dir(wc.tkey, wc.task, wc.seed)) / name)
+
+
+# ---- Ground truth (groundtruth.smk; C_IOI, GIM, G_MODELS, G_SEEDS from coax/gim.smk) ----
+
+
+def gt_models():
+    """Model ids of every family whose paper runs: heroes/{task}/seed{s}, ioi/seed{s},
+    gim/{task}/{model}/seed{s}."""
+    out = []
+    if "heroes" in PAPERS:
+        seeds = [
+            s
+            for s in config["groundtruth"]["heroes"]["seeds"]
+            if s in config["heroes"]["seeds"]
+        ]
+        out += [f"heroes/{t}/seed{s}" for t in config["heroes"]["tasks"] for s in seeds]
+    if "coax" in PAPERS:
+        out += [f"ioi/seed{s}" for s in C_IOI["seeds"]]
+    if "gim" in PAPERS:
+        out += [
+            f"gim/{t}/{m}/seed{s}"
+            for t in GIM["tasks"]
+            for m in G_MODELS
+            for s in G_SEEDS
+        ]
+    return out
+
+
+def gt_out(prefix):
+    d = {
+        f: f"results/groundtruth/models/{prefix}/{f}.csv"
+        for f in ("shapley", "interactions", "scores", "timing")
+    }
+    d["info"] = f"results/groundtruth/models/{prefix}/info.json"
+    return d

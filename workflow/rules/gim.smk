@@ -82,6 +82,8 @@ rule gim_train:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         task="{gtask}",
         model=lambda w: G_MODELS[w.gmodel],
@@ -108,6 +110,8 @@ rule gim_localize:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         task="{gtask}",
         model_name="{gmodel}",
@@ -196,6 +200,8 @@ rule gim_speed:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         task=GIM["speed"]["task"],
         model_name=GIM["speed"]["model"],
@@ -248,6 +254,8 @@ rule gim_selfrepair:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         task="{gtask}",
         model_name="{gmodel}",
@@ -323,6 +331,8 @@ rule gim_fa:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         model_name="{gmodel}",
         n_examples=GIM["fa"]["n_examples"],
@@ -371,6 +381,8 @@ rule gim_mib:
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
     params:
         models=GIM["mib"]["models"],
         datasets=GIM["mib"]["datasets"],

@@ -35,28 +35,6 @@ GT_CODE = code_hash(
 )
 
 
-def gt_models():
-    """Model ids of every family whose paper runs: heroes/{task}/seed{s}, ioi/seed{s},
-    gim/{task}/{model}/seed{s}."""
-    out = []
-    if "heroes" in PAPERS:
-        seeds = [s for s in GT["heroes"]["seeds"] if s in config["heroes"]["seeds"]]
-        out += [f"heroes/{t}/seed{s}" for t in config["heroes"]["tasks"] for s in seeds]
-    if "coax" in PAPERS:
-        out += [f"ioi/seed{s}" for s in C_IOI["seeds"]]
-    if "gim" in PAPERS:
-        out += [
-            f"gim/{t}/{m}/seed{s}" for t in GIM["tasks"] for m in G_MODELS for s in G_SEEDS
-        ]
-    return out
-
-
-def gt_out(prefix):
-    d = {f: f"{GT_DIR}/models/{prefix}/{f}.csv" for f in GT_FILES}
-    d["info"] = f"{GT_DIR}/models/{prefix}/info.json"
-    return d
-
-
 GT_COMMON = dict(
     settings=GT_SETTINGS,
     device=DEVICE,
@@ -81,13 +59,13 @@ rule groundtruth_heroes:
     resources:
         gpu=GPU_JOB,
     params:
+        **GT_COMMON,
         family="heroes",
         group="heroes/{task}",
         model_id="heroes/{task}/seed{seed}",
         mode=GT["heroes"]["mode"],
         n_eval=GT["heroes"]["n_eval"],
         games=GT["heroes"]["games"],
-        **GT_COMMON,
     script:
         "../../scripts/groundtruth_model.py"
 
@@ -107,13 +85,13 @@ rule groundtruth_ioi:
     resources:
         gpu=GPU_JOB,
     params:
+        **GT_COMMON,
         family="ioi",
         group="ioi",
         model_id="ioi/seed{seed}",
         mode=GT["ioi"]["mode"],
         n_eval=C_IOI["n_prompts"],
         data_seed=C_IOI["truth_seed"],
-        **GT_COMMON,
     script:
         "../../scripts/groundtruth_model.py"
 
@@ -133,6 +111,7 @@ rule groundtruth_gim:
     resources:
         gpu=GPU_JOB,
     params:
+        **GT_COMMON,
         family="gim",
         group="gim/{gtask}",
         model_id="gim/{gtask}/{gmodel}/seed{gseed}",
@@ -140,7 +119,6 @@ rule groundtruth_gim:
         mode=GT["gim"]["mode"],
         n_eval=GIM["n_eval"],
         data_seed=GIM["data_seed"],
-        **GT_COMMON,
     script:
         "../../scripts/groundtruth_model.py"
 
@@ -160,10 +138,7 @@ GT_TABLES = (
 
 rule groundtruth_tables:
     input:
-        **{
-            f: expand(f"{GT_DIR}/models/{{m}}/{f}.csv", m=gt_models())
-            for f in GT_FILES
-        },
+        **{f: expand(f"{GT_DIR}/models/{{m}}/{f}.csv", m=gt_models()) for f in GT_FILES},
         # paper B's own discovery rankings, scored against the corrected toy-IOI labels
         coax_scores=(
             expand(
@@ -190,7 +165,10 @@ rule groundtruth_tables:
         label_fracs=GT["label_fracs"],
         n_boot=GT["n_boot"],
         code=code_hash(
-            "groundtruth/tables", "groundtruth/agreement", "groundtruth/labels", "coax/baselines"
+            "groundtruth/tables",
+            "groundtruth/agreement",
+            "groundtruth/labels",
+            "coax/baselines",
         ),
     script:
         "../../scripts/groundtruth_tables.py"

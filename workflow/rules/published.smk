@@ -5,7 +5,11 @@ rule published_summary:
     input:
         expand("results/published/{paper}.csv", paper=PAPERS),
         # the ground truth's findings ("new" rows), when it runs
-        [f for f in TARGETS.get("groundtruth", []) if f.startswith("results/published/")],
+        [
+            f
+            for f in TARGETS.get("groundtruth", [])
+            if f.startswith("results/published/")
+        ],
     output:
         csv=report(
             "results/published/summary.csv",
