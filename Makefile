@@ -69,6 +69,8 @@ reference: env
 	cp results/coax/tables/ioi_summary.csv results/reference/coax_ioi_summary.csv
 	cp results/gim/tables/localization.csv results/reference/gim_localization.csv
 	cp results/gim/tables/localization_summary.csv results/reference/gim_localization_summary.csv
+	for t in agreement ioi_label_sweep ioi_backup_recall; do \
+	  cp results/groundtruth/tables/$$t.csv results/reference/groundtruth_$$t.csv; done
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
 	$(BIN)/python -m selfrepair.core.readme_table
 

@@ -3,7 +3,7 @@
     python benchmarks/runtime_summary.py [--root benchmarks] [--out results/benchmarks/runtime.csv]
 
 Each compute rule writes one TSV per job (``s``: the job's wall seconds, ``cpu_time``).
-The table has, per part (heroes, heroes grid, coax, gim) and step (the file's stem: train,
+The table has, per part (heroes, heroes grid, coax, gim, groundtruth) and step (the file's stem: train,
 ood, scores, measure, localize, ...): jobs, summed wall seconds and CPU seconds, the
 longest job, and a row ``all`` per part. Summed job seconds are the serial time of the
 part: on c cores a part takes at least max(longest job, sum / c).
@@ -27,6 +27,8 @@ def part_and_step(path: Path, root: Path) -> tuple[str, str]:
     step = "run" if re.fullmatch(r"data\d+", step) else step
     if part == "coax" and len(rel.parts) > 2:  # coax/{ioi,induction,pruning}/.../{train,run}.tsv
         step = f"{rel.parts[1]}_{step}"
+    if part == "groundtruth" and len(rel.parts) > 2:  # groundtruth/{heroes,ioi,gim}/.../seed{s}.tsv
+        step = rel.parts[1]
     return part, step
 
 

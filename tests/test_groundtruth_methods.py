@@ -207,51 +207,60 @@ def test_agreement_tables_on_hand_built_scores():
     assert d["mean"] == pytest.approx(2.0) and d["a_higher"] == 2 and d["n"] == 2
 
 
-def test_backup_recall_counts_only_the_labelled_role():
-    labels = pd.DataFrame(
+def hand_labels(model="m"):
+    """5 heads: a primary in layer 0, a quiet downstream backup (L2H0), a downstream head
+    that repairs but is active alone (L1H0, 'interacting'), same-layer redundancy (L0H1),
+    and an unrelated head (L2H1); threshold 1."""
+    return pd.DataFrame(
         {
-            "model": ["m"] * 5,
-            "unit": ["L0H0", "L0H1", "L1H0", "L1H1", "L2H0"],
-            "role": ["primary", "other", "downstream_backup", "same_layer_redundancy", "downstream_backup"],
+            "model": [model] * 5,
+            "unit": ["L0H0", "L0H1", "L1H0", "L2H0", "L2H1"],
+            "role": ["primary", "same_layer_redundancy", "interacting", "downstream_backup", "other"],
+            "downstream_score": [np.nan, np.nan, 2.0, 1.5, 0.1],
+            "backup_score": [np.nan, 3.0, 2.0, 1.5, 0.1],
+            "threshold": 1.0,
         }
     )
+
+
+def test_backup_recall_per_target_set():
+    labels = hand_labels()
     scores = pd.DataFrame(
         {
             "model": ["m"] * 5,
             "method": ["x"] * 5,
-            "component": ["L0H0", "L0H1", "L1H0", "L1H1", "L2H0"],
-            "score": [9.0, 0.1, 5.0, 6.0, 0.0],
+            "component": ["L0H0", "L0H1", "L1H0", "L2H0", "L2H1"],
+            "score": [9.0, 6.0, 0.5, 5.0, 0.0],
         }
     )
-    r = gt.backup_recall(scores, labels).iloc[0]
-    # candidates: the 4 non-primaries; k = 2 downstream backups; top 2 = L1H1, L1H0 -> 1 hit
-    assert r["n_candidates"] == 4 and r["k"] == 2 and r["hits"] == 1 and r["recall"] == 0.5
+    r = gt.backup_recall(scores, labels).set_index("target")
+    # candidates: the 4 non-primaries. Ranking: L0H1, L2H0, L1H0, L2H1
+    assert (r["n_candidates"] == 4).all()
+    assert (r.loc["downstream_backup", "k"], r.loc["downstream_backup", "hits"]) == (1, 0)  # top 1: L0H1
+    assert (r.loc["downstream_repair", "k"], r.loc["downstream_repair", "hits"]) == (2, 1)  # top 2 has L2H0
+    assert (r.loc["any_repair", "k"], r.loc["any_repair", "hits"]) == (3, 3)
+    assert r.loc["downstream_repair", "recall"] == 0.5
 
 
 def test_paper_b_rankings_against_the_corrected_labels():
-    labels = pd.DataFrame(
-        {
-            "model": ["ioi/seed1"] * 4,
-            "unit": ["L0H0", "L1H0", "L2H0", "L2H1"],
-            "role": ["primary", "same_layer_redundancy", "downstream_backup", "other"],
-        }
-    )
+    labels = hand_labels("ioi/seed1")
     t = pd.DataFrame(
         {
             "model_seed": 1,
             "data_seed": 11,
-            "unit": ["L0H0", "L1H0", "L2H0", "L2H1"],
-            "single": [9.0, 3.0, 0.1, 0.2],
-            "comp": [np.nan, 0.5, 2.0, 0.0],
+            "unit": ["L0H0", "L0H1", "L1H0", "L2H0", "L2H1"],
+            "single": [9.0, 3.0, 2.0, 0.1, 0.2],
+            "comp": [np.nan, 0.1, 0.5, 2.0, 0.0],
         }
     )
     for m in ("atp", "eap_ig", "atp_star", "atp_mag", "cond_grad", "atp_star_2s", "amp_ratio"):
         t[m] = 0.0
-    r = gt.paper_b_recall(t, labels).set_index("method")
-    # k = 1 downstream backup (L2H0), over the 3 non-primaries: COAX's comp ranks it first,
-    # single ablation ranks L1H0 (same layer as a primary's repair, not dormant) first
+    r = gt.paper_b_recall(t, labels)
+    r = r[r["target"] == "downstream_backup"].set_index("method")
+    # k = 1 (L2H0), over the 4 non-primaries: COAX's comp ranks it first; single ablation
+    # ranks the same-layer copy L0H1 first
     assert r.loc["coax", "k"] == 1 and r.loc["coax", "recall"] == 1.0
-    assert r.loc["single", "recall"] == 0.0 and r.loc["single", "n_candidates"] == 3
+    assert r.loc["single", "recall"] == 0.0 and r.loc["single", "n_candidates"] == 4
 
 
 def test_findings_are_new_rows_with_their_intervals():

@@ -119,6 +119,8 @@ def headline_markdown(csv: Path) -> str:
         "|---|---|" + "---|" * (len(statuses) + 1),
     ]
     for paper, g in df.groupby("paper", sort=False):
+        if paper not in PAPERS:  # the ground truth's "new" findings are not a paper's claims
+            continue
         counts = [str(int((g["status"] == s).sum())) for s in statuses]
         keys = []
         for cid, label in HEADLINE.get(paper, {}).items():
@@ -180,7 +182,40 @@ NAMES = (
     "heroes_grid_claims",
     "heroes_grid_superadditivity",
     "runtime",
+    "groundtruth_findings",
+    "groundtruth_agreement",
 )
+
+
+def groundtruth_findings_markdown(summary: pd.DataFrame) -> str:
+    """The ground truth's findings (the published summary's ``new`` rows): claim, value,
+    95% interval and how it was measured."""
+    g = summary[summary["paper"] == "groundtruth"]
+    lines = ["| finding | measured | 95% CI | note |", "|---|---|---|---|"]
+    for r in g.itertuples():
+        ci = "" if pd.isna(r.ci_low) else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"
+        lines.append(f"| {r.claim} | {_short(r.reproduced) or r.status} | {ci} | {r.note} |")
+    return "\n".join(lines)
+
+
+def groundtruth_agreement_markdown(df: pd.DataFrame, metric: str = "spearman") -> str:
+    """Method x (group, game): mean ``metric`` over models [bootstrap interval]."""
+    df = df.assign(column=df["group"] + " (" + df["game"] + ", " + df["n_models"].astype(str) + ")")
+    cols = list(dict.fromkeys(df["column"]))
+    methods = list(dict.fromkeys(df["method"]))
+    lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for m in methods:
+        cells = []
+        for c in cols:
+            r = df[(df["method"] == m) & (df["column"] == c)]
+            if r.empty or pd.isna(r[metric].iloc[0]):
+                cells.append("")
+                continue
+            r = r.iloc[0]
+            lo, hi = r[f"{metric}_lo"], r[f"{metric}_hi"]
+            cells.append(f"{r[metric]:.2f}" + ("" if pd.isna(lo) else f" [{lo:.2f}, {hi:.2f}]"))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def blocks() -> dict[str, str]:
@@ -217,6 +252,12 @@ def blocks() -> dict[str, str]:
     if f.exists():
         sup = pd.read_csv(f)
         out["heroes_grid_superadditivity"] = _plain(sup[sup["group"] == "bloat"])
+    f = REFERENCE / "published_summary.csv"
+    if f.exists() and (pd.read_csv(f)["paper"] == "groundtruth").any():
+        out["groundtruth_findings"] = groundtruth_findings_markdown(pd.read_csv(f))
+    f = REFERENCE / "groundtruth_agreement.csv"
+    if f.exists():
+        out["groundtruth_agreement"] = groundtruth_agreement_markdown(pd.read_csv(f))
     f = REFERENCE / "runtime.csv"
     if f.exists():
         rt = pd.read_csv(f)

@@ -103,42 +103,57 @@ def ioi_labels(
     return first(pd.concat(lab, ignore_index=True)), first(pd.concat(sweep, ignore_index=True))
 
 
-def backup_recall(scores: pd.DataFrame, labels: pd.DataFrame, roles=("downstream_backup",)) -> pd.DataFrame:
-    """Per (model, method): recall of the heads whose role is in ``roles`` within the
-    method's top k, k = their number (:func:`labels.recall_at_n_backups`), over the
-    heads outside the primaries that the method scores."""
+# Which heads count as found, from a labels table: the strict downstream backups (quiet
+# alone), every head that repairs an earlier-layer primary (quiet or not), and every head
+# that repairs some primary (the published toy labels' rule).
+TARGETS = {
+    "downstream_backup": lambda lab: lab["role"] == "downstream_backup",
+    "downstream_repair": lambda lab: lab["downstream_score"] > lab["threshold"],
+    "any_repair": lambda lab: (lab["role"] != "primary") & (lab["backup_score"] > lab["threshold"]),
+}
+
+
+def _recall_rows(ranked: dict, lab: pd.DataFrame) -> list[dict]:
+    """Per method (``ranked``: {method: scores by unit, candidates only}) and target set:
+    recall in the top k, k = the target set's size."""
+    out = []
+    for target, sel in TARGETS.items():
+        backups = list(lab.loc[sel(lab), "unit"])
+        for method, s in ranked.items():
+            r = lb.recall_at_n_backups(s, [b for b in backups if b in s.index])
+            out.append({"target": target, "method": method, "n_candidates": len(s), **r})
+    return out
+
+
+def backup_recall(scores: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, target, method): recall of the target heads (:data:`TARGETS`) within
+    the method's top k, k = their number (:func:`labels.recall_at_n_backups`; NaN when
+    there is none), over the heads outside the primaries that the method scores."""
     out = []
     for model, lab in labels.groupby("model", sort=True):
-        backups = list(lab.loc[lab["role"].isin(roles), "unit"])
         cand = set(lab.loc[lab["role"] != "primary", "unit"])
-        for method, g in scores[scores["model"] == model].groupby("method", sort=False):
-            s = g[g["component"].isin(cand)].set_index("component")["score"]
-            r = lb.recall_at_n_backups(s, [b for b in backups if b in s.index])
-            out.append({"model": model, "method": method, "n_candidates": len(s), **r})
+        sc = scores[(scores["model"] == model) & scores["component"].isin(cand)]
+        ranked = {m: g.set_index("component")["score"] for m, g in sc.groupby("method", sort=False)}
+        out += [{"model": model, **r} for r in _recall_rows(ranked, lab)]
     return pd.DataFrame(out)
 
 
-def paper_b_recall(coax_scores: pd.DataFrame, labels: pd.DataFrame, roles=("downstream_backup",)) -> pd.DataFrame:
+def paper_b_recall(coax_scores: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
     """Paper B's own discovery rankings (its scores tables: one per toy model and prompt
     set; :data:`coax.baselines.DISCOVERY_METHODS`) scored against the corrected labels:
-    per (model_seed, data_seed, method), recall of the heads in ``roles`` within the top k,
-    k = their number, over the heads outside the primaries."""
+    per (model, data_seed, target, method), as :func:`backup_recall`."""
     from selfrepair.coax.baselines import DISCOVERY_METHODS
 
     out = []
     for (mseed, dseed), t in coax_scores.groupby(["model_seed", "data_seed"], sort=True):
-        lab = labels[labels["model"] == f"ioi/seed{mseed}"]
+        model = f"ioi/seed{mseed}"
+        lab = labels[labels["model"] == model]
         if lab.empty:
             continue
-        backups = list(lab.loc[lab["role"].isin(roles), "unit"])
         cand = set(lab.loc[lab["role"] != "primary", "unit"])
         t = t[t["unit"].isin(cand)].set_index("unit")
-        for method, rank in DISCOVERY_METHODS.items():
-            s = rank(t).astype(float).dropna()
-            r = lb.recall_at_n_backups(s, [b for b in backups if b in s.index])
-            out.append(
-                {"model": f"ioi/seed{mseed}", "data_seed": int(dseed), "method": method, "n_candidates": len(s), **r}
-            )
+        ranked = {m: rank(t).astype(float).dropna() for m, rank in DISCOVERY_METHODS.items()}
+        out += [{"model": model, "data_seed": int(dseed), **r} for r in _recall_rows(ranked, lab)]
     return pd.DataFrame(out)
 
 
@@ -190,17 +205,20 @@ def findings(per_model: pd.DataFrame, recall: pd.DataFrame | None, n_boot: int =
         f"{_fmt(d)}; C higher in {d['a_higher']} of {d['n']}",
     )
     if recall is not None and len(recall):
+        strict = recall[(recall["target"] == "downstream_backup") & (recall["method"] == "coax")]
+        n_strict = int((strict["k"] > 0).sum())
         for m in ("coax", "atp", "single"):
-            r = recall.loc[recall["method"] == m, "recall"]
-            ci = ag.bootstrap_ci(r, n_boot=n_boot)
-            k = recall.loc[recall["method"] == m, "k"]
+            g = recall[(recall["target"] == "downstream_repair") & (recall["method"] == m)]
+            ci = ag.bootstrap_ci(g["recall"], n_boot=n_boot)
+            k = g.loc[g["k"] > 0, "k"]
             add(
                 f"gt_ioi_downstream_recall_{m}",
-                f"Toy IOI: recall of the downstream backups (corrected labels) in the top k of paper B's {m} "
-                "ranking, k = their number",
+                f"Toy IOI: recall of the heads that repair an earlier-layer primary (corrected labels) in the "
+                f"top k of paper B's {m} ranking, k = their number",
                 ci,
-                f"{ci['mean']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}] over {ci['n']} (model, prompt set) runs; "
-                f"k from {int(k.min()) if len(k) else 0} to {int(k.max()) if len(k) else 0}",
+                f"{ci['mean']:.3f} [{ci['lo']:.3f}, {ci['hi']:.3f}] over {ci['n']} (model, prompt set) runs with "
+                f"such heads, k {int(k.min()) if len(k) else 0}-{int(k.max()) if len(k) else 0}; strict "
+                f"downstream backups (quiet alone) in {n_strict} of {len(strict)} runs",
             )
     c = sub("gim", GAME_OF["gim"])
     d = paired_difference(c, "gim", "atp", "spearman", n_boot)
