@@ -56,6 +56,30 @@ def test_tiny_gim_workflow(gim_run):
     assert set(circuit) == {"cfg", "nodes", "edges"} and circuit["cfg"]["n_layers"] == 1
 
 
+def test_tiny_groundtruth_part_on_the_gim_models(gim_run):
+    """The ground-truth rules end to end on the two tiny paper-C models (3 components:
+    exact Shapley values): efficiency holds, every method is compared, the findings are
+    'new' rows of the published summary, and the figures are drawn."""
+    d = gim_run
+    targets = ["results/groundtruth/figures/agreement.png", "results/published/summary.csv"]
+    r = G.snakemake("--cores", "2", *G.tiny_args(d, paper="gim"), "--", *targets, timeout=600)
+    assert not G.ran_training(r.stdout + r.stderr, "gim")
+    tab = d / "results/groundtruth/tables"
+    sh = pd.read_csv(tab / "shapley.csv")
+    assert sorted(sh.model.unique()) == ["gim/arithmetic/tiny/seed0", "gim/arithmetic/tiny/seed1"]
+    assert set(sh.estimator) == {"exact"} and (sh.se == 0).all() and len(sh) == 2 * 3
+    for _, g in sh.groupby("model"):  # efficiency: the values add up to the full drop
+        assert g.shapley.sum() == pytest.approx(g.v_empty.iloc[0] - g.v_full.iloc[0], abs=1e-5)
+    agree = pd.read_csv(tab / "agreement.csv")
+    assert {"single", "grad_norm", "atp", "eap_ig", "gim", "coax_single", "coax_comp"} <= set(agree.method)
+    assert (agree.n_models == 2).all()
+    summary = pd.read_csv(d / "results/published/summary.csv")
+    gt = summary[summary.paper == "groundtruth"].set_index("id")
+    assert gt.loc["gt_gim_minus_eap", "status"] == "new"
+    assert gt.loc["gt_heroes_spearman_single", "status"] == "not run"  # paper A is off here
+    assert (d / "results/groundtruth/figures/scatter.png").stat().st_size > 0
+
+
 # Tolerances of the fixed-weight regression values, each >= 100x what moves when the same
 # committed weights are scored with native kernels (AVX-512, 2 threads) instead of the
 # portable ones (benchmarks/portability.py --papers gim --fixed-weights
