@@ -63,6 +63,7 @@ reference: env
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
 	-cp results/benchmarks/heroes_n1000.csv results/reference/benchmark_heroes_n1000.csv
+	-cp results/benchmarks/groundtruth.csv results/reference/benchmark_groundtruth.csv
 	-cp results/benchmarks/numerics.csv results/reference/benchmark_numerics.csv
 	-cp results/benchmarks/portability.csv results/reference/portability.csv
 	-cp results/benchmarks/portability_native_scoring.csv results/reference/portability_native_scoring.csv

@@ -166,6 +166,18 @@ def test_sampled_shapley_within_its_se_of_the_exact_value(tiny):
     assert (z < 4.5).all()
 
 
+def test_coalitions_per_forward_do_not_change_the_values(tiny):
+    """max_rows only groups coalitions into forwards (one per forward vs all 64 in one)."""
+    bridge, batch, comps, means = tiny
+    spec = [pipeline.GameSpec("logprob", logprob(batch))]
+    one = pipeline.model_tables(bridge, batch.tokens, spec, comps, means, pipeline.Settings(max_rows=12))
+    many = pipeline.model_tables(bridge, batch.tokens, spec, comps, means, pipeline.Settings(max_rows=4096))
+    assert one["shapley"]["shapley"].to_numpy() == pytest.approx(many["shapley"]["shapley"].to_numpy(), abs=1e-6)
+    assert one["interactions"]["interaction"].to_numpy() == pytest.approx(
+        many["interactions"]["interaction"].to_numpy(), abs=1e-6
+    )
+
+
 def test_no_differentiable_game_is_refused(tiny):
     bridge, batch, comps, means = tiny
     spec = [pipeline.GameSpec("accuracy", lambda lg: lg.sum() * 0, differentiable=False)]

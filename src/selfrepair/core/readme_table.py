@@ -165,6 +165,7 @@ PLAIN = (
     "heroes_run",
     "benchmark_heroes",
     "benchmark_heroes_n1000",
+    "benchmark_groundtruth",
     "heroes_grid_rho",
     "heroes_grid_noise",
     "coax_ioi_summary",

@@ -50,7 +50,7 @@ class Settings:
     rel_se: float = 0.05
     pairs_per_round: int = 8
     seed: int = 0
-    max_rows: int = 1024
+    max_rows: int = 256
     n_primary: int = 3
     ig_steps: int = 5
     protocol: str = "v2"
