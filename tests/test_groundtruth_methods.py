@@ -192,12 +192,32 @@ def hand_scores():
     for model, phi in (("m1", [3.0, 2.0, 1.0, 0.5]), ("m2", [1.0, 4.0, 2.0, 0.1])):
         names = ["L0H0", "L0H1", "L1H0", "L1MLP"]
         for n, p in zip(names, phi):
-            shap.append({"family": "f", "group": "g", "model": model, "game": "v", "component": n, "shapley": p,
-                         "se": 0.0, "single": p if n != "L1H0" else 0.0})
-            rows.append({"family": "f", "group": "g", "model": model, "game": "v", "method": "good", "component": n,
-                         "score": 2 * p})
-            rows.append({"family": "f", "group": "g", "model": model, "game": "v", "method": "bad", "component": n,
-                         "score": -p})
+            shap.append(
+                {
+                    "family": "f",
+                    "group": "g",
+                    "model": model,
+                    "game": "v",
+                    "component": n,
+                    "shapley": p,
+                    "se": 0.0,
+                    "single": p if n != "L1H0" else 0.0,
+                }
+            )
+            rows.append(
+                {
+                    "family": "f",
+                    "group": "g",
+                    "model": model,
+                    "game": "v",
+                    "method": "good",
+                    "component": n,
+                    "score": 2 * p,
+                }
+            )
+            rows.append(
+                {"family": "f", "group": "g", "model": model, "game": "v", "method": "bad", "component": n, "score": -p}
+            )
     return pd.DataFrame(rows), pd.DataFrame(shap)
 
 

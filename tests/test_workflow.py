@@ -60,8 +60,17 @@ def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
     slots = int(dict(x.split("=") for x in p["resources"])["gpu"])
     threads = int(dict(x.split("=") for x in p["config"])["threads"])
     assert 1 < slots and slots * threads <= 16
-    r = snakemake("-n", "--directory", str(tmp_path), "--workflow-profile", str(prof), *configs(),
-                  "--config", "papers=[gim]", "device=cuda")
+    r = snakemake(
+        "-n",
+        "--directory",
+        str(tmp_path),
+        "--workflow-profile",
+        str(prof),
+        *configs(),
+        "--config",
+        "papers=[gim]",
+        "device=cuda",
+    )
     out = r.stdout + r.stderr
     compute = out.count("rule gim_train:")
     assert compute >= 2 and out.count("gpu=1") >= compute  # training jobs each take one slot

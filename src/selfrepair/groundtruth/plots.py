@@ -27,19 +27,26 @@ def agreement_heatmap(summary: pd.DataFrame, path, metric: str = "spearman") -> 
         for j in range(len(cols)):
             v = val.iat[i, j]
             if np.isfinite(v):
-                ax.text(j, i, f"{v:.2f}\n[{lo.iat[i, j]:.2f}, {hi.iat[i, j]:.2f}]", ha="center", va="center", fontsize=6)
+                ax.text(
+                    j, i, f"{v:.2f}\n[{lo.iat[i, j]:.2f}, {hi.iat[i, j]:.2f}]", ha="center", va="center", fontsize=6
+                )
     ax.set_xticks(range(len(cols)), cols, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     n = t.groupby("column")["n_models"].max().reindex(cols)
-    ax.set_title(f"{metric} with the Shapley values, mean over models [95% bootstrap]; models per column: "
-                 + ", ".join(str(int(x)) for x in n), fontsize=8)
+    ax.set_title(
+        f"{metric} with the Shapley values, mean over models [95% bootstrap]; models per column: "
+        + ", ".join(str(int(x)) for x in n),
+        fontsize=8,
+    )
     fig.colorbar(im, ax=ax, fraction=0.03)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
-def method_scatter(shapley: pd.DataFrame, scores: pd.DataFrame, path, methods=("single", "grad_norm", "atp", "gim", "coax_comp")) -> None:
+def method_scatter(
+    shapley: pd.DataFrame, scores: pd.DataFrame, path, methods=("single", "grad_norm", "atp", "gim", "coax_comp")
+) -> None:
     """Per model (rows) and method (columns): each component's score against its Shapley
     value, on the model's headline game (paper A: accuracy; the others: logit_diff), with
     the Shapley SE as error bars; the first model of each group."""
