@@ -1,7 +1,6 @@
 """Issue 10's ground truth: exact and sampled Shapley values, interactions, the ablation
 games on tiny models, agreement measures and the corrected toy-IOI backup labels."""
 
-import itertools
 import math
 
 import numpy as np
@@ -18,6 +17,7 @@ from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import ioi
 from selfrepair.tasks import sequences as S
 from selfrepair.tasks.counterfactual import CounterfactualBatch
+from shapley_brute import brute_force
 
 
 def table_game(values: dict, calls: list | None = None):
@@ -230,20 +230,7 @@ def test_exact_shapley_equals_brute_force_on_a_tiny_model(tiny_bridge):
     players = [C.parse(n) for n in ("L0H0", "L0H1", "L1H0", "L1H1", "L1MLP")]
     batch = S.eval_set("sort", 4, 8, seed=5)
     means = interventions.component_means(tiny_bridge, [batch.tokens], players)
-    value = {}
-    for k in range(len(players) + 1):
-        for s in itertools.combinations(players, k):
-            out = interventions.run_ablated(
-                tiny_bridge, batch.tokens, [list(s)], "mean", means, reduce=lambda lg: -heroes.lm_loss(lg, batch)
-            )
-            value[frozenset(s)] = float(out[0])
-    brute = np.zeros(len(players))
-    for order in itertools.permutations(range(len(players))):
-        pre = frozenset()
-        for i in order:
-            brute[i] += value[pre] - value[pre | {players[i]}]
-            pre = pre | {players[i]}
-    brute /= math.factorial(len(players))
+    value, brute = brute_force(tiny_bridge, batch.tokens, players, means, lambda lg: -heroes.lm_loss(lg, batch))
     game = games.logprob_game(tiny_bridge, batch, "mean", means)
     r = sh.exact_shapley(game, players)
     assert game.n_calls == 1 and game.n_coalitions == 32

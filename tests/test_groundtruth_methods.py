@@ -2,9 +2,6 @@
 finite differences and paper A's G), one model's tables against brute force, and the
 agreement tables and findings on hand-built inputs."""
 
-import itertools
-import math
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,6 +15,7 @@ from selfrepair.groundtruth import methods, pipeline
 from selfrepair.groundtruth import tables as gt
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
+from shapley_brute import brute_force
 
 
 @pytest.fixture(scope="module")
@@ -101,23 +99,6 @@ def test_grad_norms_are_heroes_g_and_leave_no_grad(tiny):
     assert all(p.grad is None for p in bridge.parameters())
 
 
-def brute_force(bridge, batch, comps, means, reduce):
-    """v of every coalition from its own run, and Shapley values over all n! orderings."""
-    value = {}
-    for k in range(len(comps) + 1):
-        for s in itertools.combinations(comps, k):
-            value[frozenset(s)] = float(
-                interventions.run_ablated(bridge, batch.tokens, [list(s)], "mean", means, reduce=reduce)[0]
-            )
-    phi = np.zeros(len(comps))
-    for order in itertools.permutations(range(len(comps))):
-        pre = frozenset()
-        for i in order:
-            phi[i] += value[pre] - value[pre | {comps[i]}]
-            pre = pre | {comps[i]}
-    return value, phi / math.factorial(len(comps))
-
-
 def test_model_tables_on_a_tiny_model_against_brute_force(tiny):
     bridge, batch, comps, means = tiny
     specs = [
@@ -127,7 +108,7 @@ def test_model_tables_on_a_tiny_model_against_brute_force(tiny):
         ),
     ]
     t = pipeline.model_tables(bridge, batch.tokens, specs, comps, means, pipeline.Settings(mode="mean", n_primary=2))
-    value, phi = brute_force(bridge, batch, comps, means, logprob(batch))
+    value, phi = brute_force(bridge, batch.tokens, comps, means, logprob(batch))
     s = t["shapley"][t["shapley"]["game"] == "logprob"].set_index("component")
     assert set(s["estimator"]) == {"exact"}
     assert s.loc[[c.name for c in comps], "shapley"].to_numpy() == pytest.approx(phi, abs=2e-5)
