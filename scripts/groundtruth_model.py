@@ -12,7 +12,7 @@ import json
 import pandas as pd
 
 from selfrepair.core import components as C
-from selfrepair.core import models, runtime
+from selfrepair.core import interventions, models, runtime
 from selfrepair.gim import circuits
 from selfrepair.groundtruth import pipeline
 from selfrepair.heroes import scores as heroes
@@ -61,7 +61,7 @@ if status != "kept":
 else:
     bridge = models.load_bridge(smk.input.model, device)
     comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
-    means = pipeline.component_means(bridge, tokens, comps)  # both modes' single drops are scored
+    means = interventions.component_means(bridge, [tokens], comps)  # both modes' single drops are scored
     settings = pipeline.Settings(mode=p.mode, **p.settings)
     tables = pipeline.model_tables(bridge, tokens, specs, comps, means, settings)
     for name in ("shapley", "interactions", "scores", "timing"):

@@ -151,6 +151,9 @@ def grid_model_input(name):
 # ---- Ground truth (groundtruth.smk; C_IOI, GIM, G_MODELS, G_SEEDS from coax/gim.smk) ----
 
 
+GT_FILES = ("shapley", "interactions", "scores", "timing")  # per model
+
+
 def gt_models():
     """Model ids of every family whose paper runs: heroes/{task}/seed{s}, ioi/seed{s},
     gim/{task}/{model}/seed{s}."""
@@ -175,9 +178,6 @@ def gt_models():
 
 
 def gt_out(prefix):
-    d = {
-        f: f"results/groundtruth/models/{prefix}/{f}.csv"
-        for f in ("shapley", "interactions", "scores", "timing")
-    }
+    d = {f: f"results/groundtruth/models/{prefix}/{f}.csv" for f in GT_FILES}
     d["info"] = f"results/groundtruth/models/{prefix}/info.json"
     return d

@@ -9,7 +9,6 @@
 
 GT = config["groundtruth"]
 GT_DIR = "results/groundtruth"
-GT_FILES = ("shapley", "interactions", "scores", "timing")
 GT_SETTINGS = {
     k: GT[k]
     for k in (

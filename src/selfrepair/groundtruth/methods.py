@@ -29,6 +29,7 @@ magnitude where the method has no sign (G, COAX energies):
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
@@ -83,7 +84,7 @@ def activation_gradients(
         return fn
 
     with frozen(bridge), torch.enable_grad():
-        ctx = gim(bridge, config) if config is not None else _null()
+        ctx = gim(bridge, config) if config is not None else nullcontext()
         with ctx, with_hooks(bridge, [(h, keep(h)) for h in hooks]):
             value = metric(bridge(tokens))
             grads = torch.autograd.grad(value, [store[h][2] for h in hooks], allow_unused=True)
@@ -91,14 +92,6 @@ def activation_gradients(
         h: (store[h][0], store[h][1], torch.zeros_like(store[h][2]) if g is None else g.detach())
         for h, g in zip(hooks, grads)
     }
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _node_products(state: dict, components: Sequence[Component], clean: dict | None = None) -> dict[str, float]:

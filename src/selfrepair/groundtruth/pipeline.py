@@ -24,7 +24,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from selfrepair.core import interventions
 from selfrepair.core.components import Component
 from selfrepair.groundtruth import games, methods
 from selfrepair.groundtruth import shapley as sh
@@ -172,8 +171,3 @@ def model_tables(
         "timing": pd.DataFrame(timing),
         "primaries": method_scores.attrs["primaries"],
     }
-
-
-def component_means(bridge, tokens: torch.Tensor, components) -> dict:
-    """The mean output of every component over ``tokens`` (the evaluation batch)."""
-    return interventions.component_means(bridge, [tokens], components)
