@@ -3,8 +3,13 @@
 For one trained seed, each part of the scoring is timed with this library and with a
 naive reference that decodes one sequence at a time, as the original protocol did, on
 the same model and sequences (identical accuracies are required), and set against its
-compute floor: the part's FLOPs over this machine's matmul throughput, measured here.
-Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
+compute floor: the FLOPs of one full forward per ablation set (G: forward + backward =
+3 forwards) over this machine's matmul throughput, measured here. The ablation parts
+(C, and the probe's joint ablations and pruning curves when the seed's roles.csv is
+there) also run without prefix reuse and on the TransformerBridge's hooks (the path the
+library used before the engine, selfrepair.core.engine), with identical outcomes
+required; prefix reuse computes less than the floor's full forwards, so it can go under
+it. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
 
     .venv/bin/python benchmarks/bench_heroes.py [--model results/heroes/sort/seed42/model]
         [--task sort] [--n 200] [--reference all|ood|none] [--threads 2] [--out results/benchmarks/heroes.csv]
@@ -31,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfrepair.core import attribution, interventions, models, train
+from selfrepair.core import attribution, engine, interventions, models, train
 from selfrepair.core import components as C
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
@@ -116,6 +121,21 @@ def train_steps_per_second(model, logits_fn, steps: int, seed: int = 0) -> float
     return steps / (time.perf_counter() - t0)
 
 
+def bridge_correct(br, batch, sets, mode, means):
+    """Exact match on the bridge's hooks, one full forward per set (the library's path
+    before the ablation engine)."""
+    rows = interventions.run_ablated(
+        br,
+        batch.tokens,
+        sets,
+        mode,
+        means,
+        reduce=lambda lg: heroes.exact_match(lg, batch.targets, batch.mask),
+        max_rows=max(1024, len(batch)),
+    )
+    return torch.stack(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="results/heroes/sort/seed42/model")
@@ -177,25 +197,38 @@ def main():
     # 2. G: forward + backward over the OOD batches (no naive counterpart).
     n_len = 9
     batches = S.fixed_length_batches(a.task, n_len, a.n_batches, 64, seed=1)
-    _, lib_s = timed(lambda: attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt"))
+    g_flops = 3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2)
+    g_lib, lib_s = timed(lambda: attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "sqrt"))
+    g_br, br_s = timed(lambda: attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt"))
+    g_rel = max(abs(sum(g_lib[k]) - sum(g_br[k])) / sum(g_br[k]) for k in g_br)
+    assert g_rel < 1e-5, f"G: the two paths differ by {g_rel:.2g} (relative)"
+    note = f"{a.n_batches} batches of 64; backward = 2x forward; Hugging Face modules"
+    row("G", lib_s, float("nan"), g_flops, note)
     row(
-        "G",
-        lib_s,
+        "G bridge path",
+        br_s,
         float("nan"),
-        3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2),
-        f"{a.n_batches} batches of 64; backward = 2x forward",
+        g_flops,
+        f"the bridge's hooks; G within {g_rel:.1g} relative of the library's",
     )
 
-    # 3. C, mean and zero ablation of each component (+ the intact baseline).
+    # 3. C, mean and zero ablation of each component (+ the intact baseline): the engine
+    # with and without prefix reuse, and the bridge's hooks (one full forward per set).
     fresh = S.eval_set(a.task, n_len, a.n, seed=2)
-    means = interventions.component_means(br, [b.tokens for b in batches], comps)
+    means = engine.means(hf, [b.tokens for b in batches])
+    bmeans = interventions.component_means(br, [b.tokens for b in batches], comps)
+    singles = [[]] + [[c] for c in comps]
+    flops_set = forward_flops(cfg, a.n, 2 * n_len + 2)
     for mode in ("mean", "zero"):
-        lib, lib_s = timed(lambda: heroes.ablation_correct(br, fresh, [[]] + [[c] for c in comps], mode, means))
+        lib, lib_s = timed(lambda: heroes.ablation_correct(hf, fresh, singles, mode, means))
+        flat, flat_s = timed(lambda: heroes.ablation_correct(hf, fresh, singles, mode, means, reuse=False))
+        old, old_s = timed(lambda: bridge_correct(br, fresh, singles, mode, bmeans))
+        assert torch.equal(lib, flat) and torch.equal(lib, old), f"C ({mode}): engine and bridge path disagree"
 
         def naive():
             out = []
-            for s in [[]] + [[c] for c in comps]:
-                hooks = interventions.make_hooks([s], 1, mode, means) if s else []
+            for s in singles:
+                hooks = interventions.make_hooks([s], 1, mode, bmeans) if s else []
 
                 class Hooked:
                     def run_with_hooks(self):
@@ -219,15 +252,48 @@ def main():
         if a.reference == "all":
             ref, ref_s = timed(naive)
             assert torch.equal(lib, ref), f"C ({mode}): library and reference disagree"
+        what = f"{len(comps)} components x {a.n} sequences"
+        row(f"C {mode}", lib_s, ref_s, len(singles) * flops_set, f"{what}; engine, prefix reuse")
+        row(f"C {mode} no prefix reuse", flat_s, ref_s, len(singles) * flops_set, f"{what}; engine, full forwards")
         row(
-            f"C {mode}",
-            lib_s,
+            f"C {mode} bridge path",
+            old_s,
             ref_s,
-            (len(comps) + 1) * forward_flops(cfg, a.n, 2 * n_len + 2),
-            f"{len(comps)} components x {a.n} sequences",
+            len(singles) * flops_set,
+            f"{what}; bridge hooks, one set per forward",
         )
 
-    # 4. Training throughput: the Hugging Face module vs plain PyTorch, same batches.
+    # 4. heroes_probe's ablations: joint vs individual and the three pruning curves, on the
+    # seed's own roles (mean ablation, as the main run).
+    roles_csv = Path(a.model).parent / "roles.csv"
+    if roles_csv.exists():
+        roles = pd.read_csv(roles_csv)
+        by = {n: C.parse(n) for n in roles["component"]}
+        joint = []
+        for group in ("bloat", "hero"):
+            members = [by[n] for n in roles.loc[roles["role"] == group, "component"]]
+            if members:
+                joint += [[]] + [[c] for c in members] + [members]
+        curves = []
+        for cols, asc in (
+            (["G", "component"], [True, True]),
+            (["G", "component"], [False, True]),
+            (["C", "component"], [True, True]),
+        ):
+            order = [by[n] for n in roles.sort_values(cols, ascending=asc)["component"]]
+            curves += [order[:k] for k in range(len(order) + 1)]
+        for part, sets in (("probe joint ablations", joint), ("probe pruning curves", curves)):
+            if not sets:
+                continue
+            lib, lib_s = timed(lambda: heroes.ablation_correct(hf, fresh, sets, "mean", means))
+            old, old_s = timed(lambda: bridge_correct(br, fresh, sets, "mean", bmeans))
+            assert torch.equal(lib, old), f"{part}: engine and bridge path disagree"
+            what = f"{len(sets)} ablation sets x {a.n} sequences"
+            row(part, lib_s, old_s, len(sets) * flops_set, f"{what}; reference = the bridge path")
+    else:
+        print(f"no {roles_csv}: the probe's parts are skipped", flush=True)
+
+    # 5. Training throughput: the Hugging Face module vs plain PyTorch, same batches.
     plain = PlainTransformer(cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.n_layer, cfg.n_inner)
     fresh_hf = models.build_gpt2_toy(cfg, seed=0)
     hf_sps = train_steps_per_second(fresh_hf, lambda m, t: m(input_ids=t).logits, a.train_steps)

@@ -54,7 +54,9 @@ else:
     numel = [protocol.weight_numel(c, cfg.d_model, cfg.d_head, cfg.d_mlp) for c in comps]
     nb = data["tokens"].shape[0]
     batches = [S.Batch(data["tokens"][i], data["targets"][i], data["mask"][i]).to(device) for i in range(nb)]
-    raw = attribution.gradient_norms(bridge, batches, comps, heroes.lm_loss, "raw")
+    # G as the main run computes it (heroes_scores), on the Hugging Face modules
+    hf = models.load_hf(smk.input.model, device)
+    raw = attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "raw")
     g_raw = np.array([np.mean(raw[n]) for n in names])
     # The same generator seed as heroes_ood's evaluation set: its first n_eval sequences
     # are the ones the main paper-A run scored.

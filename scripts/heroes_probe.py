@@ -1,11 +1,14 @@
 """Rule heroes_probe: for one seed, (1) joint vs individual ablation of its bloats and of
 its heroes, (2) pruning curves (components removed in order of G, or of C), (3) how each
-head attends. One job, so that the bridge is booted once per model."""
+head attends. On the plain Hugging Face modules through the ablation engine
+(selfrepair.core.engine): each pruning curve's sets grow by one component, so every point
+resumes at the layer of the component it adds; the component means are heroes_scores'
+(outcomes.pt), the very ones behind C."""
 
 import pandas as pd
 
 from selfrepair.core import components as C
-from selfrepair.core import interventions, models, runtime
+from selfrepair.core import engine, models, runtime
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks.sequences import Batch
 
@@ -41,15 +44,20 @@ if "status" not in roles or roles["status"].iloc[0] != "kept":
     raise SystemExit(0)
 
 data = runtime.load_tensors(smk.input.batches)
-bridge = models.load_bridge(smk.input.model, device)
-comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+model = models.load_hf(smk.input.model, device)
 fresh = Batch(data["eval_tokens"], data["eval_targets"], data["eval_mask"]).to(device)
-means = interventions.component_means(bridge, [t.to(device) for t in data["tokens"]], comps)
+outcomes = runtime.load_tensors(smk.input.outcomes)
+if "means" not in outcomes:
+    raise SystemExit(
+        f"{smk.input.outcomes} holds no component means (written before the ablation engine): "
+        "rerun heroes_scores for this seed (snakemake --forcerun heroes_scores ...)"
+    )
+means = {k: v.to(device) for k, v in outcomes["means"].items()}
 
 rows = []
 for group in ("bloat", "hero"):
     members = [C.parse(n) for n in roles.loc[roles["role"] == group, "component"]]
-    r = heroes.joint_vs_individual(bridge, fresh, members, p.ablation, means)
+    r = heroes.joint_vs_individual(model, fresh, members, p.ablation, means)
     rows.append(
         {
             "task": p.task,
@@ -71,7 +79,7 @@ orders = {
 prows = []
 for name, order in orders.items():
     order = [by[n] for n in order]
-    for k, acc in enumerate(heroes.pruning_curve(bridge, fresh, order, p.ablation, means)):
+    for k, acc in enumerate(heroes.pruning_curve(model, fresh, order, p.ablation, means)):
         prows.append(
             {
                 "task": p.task,
@@ -86,7 +94,8 @@ for name, order in orders.items():
 pd.DataFrame(prows, columns=prune_cols).to_csv(o.pruning, index=False)
 
 tokens = data["tokens"][0].to(device)
-st = heroes.attention_stats(bridge, tokens, bridge.cfg.n_layers, bridge.cfg.n_heads)
+patterns = engine.AblationEngine(model).attention_patterns(tokens)
+st = heroes.attention_stats(patterns)
 role = roles.set_index("component")["role"]
 st["role"] = st["component"].map(role)
 st["task"], st["seed"] = p.task, p.seed
@@ -94,7 +103,7 @@ st[att_cols].to_csv(o.attention, index=False)
 pats = []
 for name in st["component"]:
     c = C.parse(name)
-    pat = heroes.mean_attention_pattern(bridge, tokens, c.layer, c.head)
+    pat = heroes.mean_attention_pattern(patterns, c.layer, c.head)
     pats += [
         (p.task, p.seed, name, role[name], q, k, float(pat[q, k])) for q in range(pat.shape[0]) for k in range(q + 1)
     ]

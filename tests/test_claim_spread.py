@@ -99,11 +99,11 @@ def test_outcomes_give_causal_scores_C(trained_sort_folder):
     from selfrepair.heroes import scores as heroes
     from selfrepair.tasks import sequences as S
 
-    br = models.load_bridge(trained_sort_folder)
+    hf = models.load_hf(trained_sort_folder)
     batch = S.eval_set("sort", 5, 120, seed=3)
-    comps = C.all_components(br.cfg.n_layers, br.cfg.n_heads)
-    ref = heroes.causal_scores(br, batch, comps, "zero", None)
-    correct = heroes.ablation_correct(br, batch, [[]] + [[c] for c in comps], "zero", None)
+    comps = C.all_components(hf.config.n_layer, hf.config.n_head)
+    ref = heroes.causal_scores(hf, batch, comps, "zero", None)
+    correct = heroes.ablation_correct(hf, batch, [[]] + [[c] for c in comps], "zero", None)
     w = spread.within_se(correct.T.numpy())
     assert list(w["C"]) == pytest.approx(list(ref["C"]), abs=1e-7)  # causal_scores means in float32
 

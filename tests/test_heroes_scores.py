@@ -113,18 +113,18 @@ def test_exact_match_one_pass_equals_greedy_decoding(trained_sort_folder):
         def run_with_hooks(self):  # marks it as bridge-like for forward_logits
             raise NotImplementedError
 
-    ab = heroes.ablation_correct(br, batch, [[C.parse("L1H0")]], "zero", None)[0]
+    ab = heroes.ablation_correct(hf, batch, [[C.parse("L1H0")]], "zero", None)[0]
     slow_ab = torch.tensor([heroes.greedy_decode_correct(Ablated(), "sort", v) for v in values])
     assert torch.equal(ab, slow_ab)
 
 
 def test_causal_scores_by_hand(trained_sort_folder):
-    br = models.load_bridge(trained_sort_folder)
+    hf = models.load_hf(trained_sort_folder)
     batch = S.eval_set("sort", 4, 80, seed=1)
     comps = [C.parse("L0H0"), C.parse("L1MLP")]
-    df = heroes.causal_scores(br, batch, comps, "zero", None)
-    base = heroes.correct(br, batch).float()
+    df = heroes.causal_scores(hf, batch, comps, "zero", None)
+    base = heroes.correct(hf, batch).float()
     for c, row in zip(comps, df.itertuples()):
-        ab = heroes.ablation_correct(br, batch, [[c]], "zero", None)[0].float()
+        ab = heroes.ablation_correct(hf, batch, [[c]], "zero", None)[0].float()
         assert row.C == pytest.approx(float(base.mean() - ab.mean()))
         assert row.C_se == pytest.approx(float((base - ab).std() / math.sqrt(80)))

@@ -164,7 +164,7 @@ def test_exact_match_sets_at_hook_z_equals_the_main_pipeline(trained_sort_folder
     means = interventions.component_means(br, [batch.tokens], comps)
     sets = [[]] + [[c] for c in comps] + [comps[:3]]
     ours = protocol.exact_match_sets(br, batch, sets, "mean", means, "hook_z", max_rows=100)
-    ref = heroes.ablation_correct(br, batch, sets, "mean", means)
+    ref = heroes.ablation_correct(models.load_hf(trained_sort_folder), batch, sets, "mean", means)
     assert torch.equal(ours, ref)
     # the slice site leaves MLP rows unchanged and ablates the heads elsewhere
     sl = protocol.exact_match_sets(br, batch, sets, "mean", means, "attn_out_slice")

@@ -76,7 +76,13 @@ rule heroes_train:
         max_length=max(HEROES["ood"]["lengths"]),
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "core/train", "heroes/scores", "tasks/sequences"),
+        code=code_hash(
+            "core/models",
+            "core/train",
+            "core/engine",
+            "heroes/scores",
+            "tasks/sequences",
+        ),
     script:
         "../../scripts/heroes_train.py"
 
@@ -105,7 +111,7 @@ rule heroes_ood:
         n_eval=HEROES["scores"]["n_eval"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "heroes/scores", "tasks/sequences"),
+        code=code_hash("core/models", "core/engine", "heroes/scores", "tasks/sequences"),
     script:
         "../../scripts/heroes_ood.py"
 
@@ -134,7 +140,7 @@ rule heroes_scores:
         code=code_hash(
             "core/models",
             "core/attribution",
-            "core/interventions",
+            "core/engine",
             "heroes/scores",
             "core/components",
             "heroes/spread",
@@ -174,6 +180,7 @@ rule heroes_probe:
         model=f"{H_SEED_DIR}/model",
         batches=f"{H_SEED_DIR}/ood_batches.pt",
         roles=f"{H_SEED_DIR}/roles.csv",
+        outcomes=f"{H_SEED_DIR}/outcomes.pt",
     output:
         redundancy=f"{H_SEED_DIR}/redundancy.csv",
         pruning=f"{H_SEED_DIR}/pruning.csv",
@@ -194,9 +201,7 @@ rule heroes_probe:
         ablation=HEROES["scores"]["ablation"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(
-            "core/models", "core/interventions", "heroes/scores", "core/components"
-        ),
+        code=code_hash("core/models", "core/engine", "heroes/scores", "core/components"),
     script:
         "../../scripts/heroes_probe.py"
 

@@ -88,9 +88,10 @@ def exact_match_sets(
 ) -> torch.Tensor:
     """Bool [len(sets), B]: exact match of every sequence with each set ablated at ``site``.
 
-    One set per forward at 1000 sequences (``max_rows``, as ``scores.ablation_correct``):
-    on a sorting model, 21 sets, one thread, 11.3 s vs 19.0 s at 8 sets per forward, at
-    both sites, with identical outcomes."""
+    On the bridge's hooks (the authors' slice site is not in the ablation engine of
+    ``scores.ablation_correct``), one set per forward at 1000 sequences (``max_rows``): on
+    a sorting model, 21 sets, one thread, 11.3 s vs 19.0 s at 8 sets per forward, at both
+    sites, with identical outcomes."""
     from selfrepair.heroes.scores import exact_match
 
     b = len(batch)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from selfrepair.core import interventions
+from selfrepair.core import engine
 from selfrepair.core.components import Component
 from selfrepair.core.train import masked_lm_loss
 from selfrepair.tasks import sequences as S
@@ -34,15 +34,42 @@ def forward_logits(model, tokens: torch.Tensor) -> torch.Tensor:
     return model(input_ids=tokens).logits
 
 
-def correct(model, batch: S.Batch, chunk: int = 2048) -> torch.Tensor:
-    """Per-sequence exact match, batched in chunks of ``chunk`` sequences."""
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(batch), chunk):
-            sl = slice(i, i + chunk)
-            logits = forward_logits(model, batch.tokens[sl])
-            out.append(exact_match(logits, batch.targets[sl], batch.mask[sl]))
-    return torch.cat(out)
+def target_positions(mask: torch.Tensor) -> slice:
+    """The smallest slice of sequence positions holding every target of ``mask`` [B, T]."""
+    cols = mask.any(0).nonzero().flatten()
+    if cols.numel() == 0:
+        raise ValueError("the batch has no target positions (its mask is all False)")
+    return slice(int(cols[0]), int(cols[-1]) + 1)
+
+
+def ablation_correct(
+    model,
+    batch: S.Batch,
+    sets: Sequence[Sequence[Component]],
+    mode: str = "zero",
+    means: dict | None = None,
+    rows: int = 256,
+    reuse: bool = True,
+) -> torch.Tensor:
+    """Bool [len(sets), B]: exact match of every sequence with each set ablated.
+
+    Runs on :class:`selfrepair.core.engine.AblationEngine` (``model`` a Hugging Face
+    GPT-2 LM from ``models.load_hf``): each set resumes from the intact model's or the previous set's
+    residual stream at its first differing layer (``reuse``), the last layer runs at the
+    target positions only, rows in chunks of ``rows`` sequences; the logits are those of
+    a full forward of the ablated model, bit for bit. Put a pruning curve's sets in order
+    (each one component more than the last) to let every point start at the component it
+    adds."""
+    pos = target_positions(batch.mask)
+    targets, mask = batch.targets[:, pos], batch.mask[:, pos]
+    eng = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse)
+    rows_out = eng.run(batch.tokens, sets, lambda lg, r: exact_match(lg, targets[r], mask[r]), positions=pos)
+    return torch.stack(rows_out)
+
+
+def correct(model, batch: S.Batch, rows: int = 256) -> torch.Tensor:
+    """Per-sequence exact match of the intact model (the engine's empty set)."""
+    return ablation_correct(model, batch, [[]], rows=rows)[0]
 
 
 def greedy_decode_correct(model, task: str, values: torch.Tensor) -> bool:
@@ -90,37 +117,11 @@ def lm_loss(logits: torch.Tensor, batch: S.Batch) -> torch.Tensor:
     return masked_lm_loss(logits, batch.targets, batch.mask)
 
 
-def ablation_correct(
-    bridge,
-    batch: S.Batch,
-    sets: Sequence[Sequence[Component]],
-    mode: str,
-    means: dict | None,
-    max_rows: int = 1024,
-) -> torch.Tensor:
-    """Bool [len(sets), B]: exact match of every sequence with each set ablated.
-
-    ``max_rows`` bounds the rows of one forward (ablation sets are stacked until it is
-    reached). Stacking costs time on a CPU: C of a sorting model over 1000 sequences (21
-    sets, one thread, portable) took 19.1 s at 8 sets per forward (max_rows 8192) and
-    10.2 s at one (1024), with identical outcomes; hence the default."""
-    rows = interventions.run_ablated(
-        bridge,
-        batch.tokens,
-        sets,
-        mode=mode,
-        means=means,
-        reduce=lambda lg: exact_match(lg, batch.targets, batch.mask),
-        max_rows=max_rows,
-    )
-    return torch.stack(rows)
-
-
 def causal_scores(
-    bridge, batch: S.Batch, components: Sequence[Component], mode: str, means: dict | None
+    model, batch: S.Batch, components: Sequence[Component], mode: str, means: dict | None
 ) -> pd.DataFrame:
     """C = baseline accuracy - accuracy with the component ablated, with its paired SE."""
-    correct = ablation_correct(bridge, batch, [[]] + [[c] for c in components], mode, means)
+    correct = ablation_correct(model, batch, [[]] + [[c] for c in components], mode, means)
     return causal_table(correct, [c.name for c in components], mode)
 
 
@@ -149,7 +150,7 @@ def causal_table(correct: torch.Tensor, names: Sequence[str], mode: str) -> pd.D
     return pd.DataFrame(rows)
 
 
-def joint_vs_individual(bridge, batch: S.Batch, group: Sequence[Component], mode: str, means: dict | None) -> dict:
+def joint_vs_individual(model, batch: S.Batch, group: Sequence[Component], mode: str, means: dict | None) -> dict:
     """Ablate every member alone and all at once: drops (baseline - ablated accuracy).
 
     superadditivity = joint drop / sum of individual drops (NaN when the sum is 0).
@@ -162,7 +163,7 @@ def joint_vs_individual(bridge, batch: S.Batch, group: Sequence[Component], mode
             "mean_individual": float("nan"),
             "superadditivity": float("nan"),
         }
-    res = ablation_correct(bridge, batch, [[]] + [[c] for c in group] + [list(group)], mode, means).float().mean(1)
+    res = ablation_correct(model, batch, [[]] + [[c] for c in group] + [list(group)], mode, means).float().mean(1)
     base = float(res[0])
     ind = [base - float(x) for x in res[1:-1]]
     joint = base - float(res[-1])
@@ -177,25 +178,24 @@ def joint_vs_individual(bridge, batch: S.Batch, group: Sequence[Component], mode
     }
 
 
-def pruning_curve(bridge, batch: S.Batch, order: Sequence[Component], mode: str, means: dict | None) -> list[float]:
+def pruning_curve(model, batch: S.Batch, order: Sequence[Component], mode: str, means: dict | None) -> list[float]:
     """Accuracy after ablating the first k components of ``order``, k = 0..len(order)."""
     sets = [list(order[:k]) for k in range(len(order) + 1)]
-    return ablation_correct(bridge, batch, sets, mode, means).float().mean(1).tolist()
+    return ablation_correct(model, batch, sets, mode, means).float().mean(1).tolist()
 
 
-def attention_stats(bridge, tokens: torch.Tensor, n_layers: int, n_heads: int) -> pd.DataFrame:
-    """Per head: mean attention entropy (nats), mean attention to position 0 (the START
-    token, a sink), and the mean distance |query - argmax key| over query positions >= 1."""
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layers)]
-    with torch.no_grad():
-        _, cache = bridge.run_with_cache(tokens, names_filter=lambda n: n in names)
+def attention_stats(patterns: Sequence[torch.Tensor]) -> pd.DataFrame:
+    """Per head, from each layer's attention patterns [B, H, Tq, Tk]
+    (:meth:`engine.AblationEngine.attention_patterns`): mean attention entropy (nats),
+    mean attention to position 0 (the START token, a sink), and the mean distance
+    |query - argmax key| over query positions >= 1."""
     rows = []
-    t = tokens.shape[1]
-    q = torch.arange(t)
-    for layer in range(n_layers):
-        pat = cache[names[layer]].float()  # [B, H, Tq, Tk]
+    for layer, pat in enumerate(patterns):
+        pat = pat.float()
+        t = pat.shape[-1]
+        q = torch.arange(t)
         ent = -(pat.clamp_min(1e-12).log() * pat).sum(-1)  # [B, H, Tq]
-        for h in range(n_heads):
+        for h in range(pat.shape[1]):
             p = pat[:, h, 1:, :]
             rows.append(
                 {
@@ -208,9 +208,6 @@ def attention_stats(bridge, tokens: torch.Tensor, n_layers: int, n_heads: int) -
     return pd.DataFrame(rows)
 
 
-def mean_attention_pattern(bridge, tokens: torch.Tensor, layer: int, head: int) -> np.ndarray:
+def mean_attention_pattern(patterns: Sequence[torch.Tensor], layer: int, head: int) -> np.ndarray:
     """Attention pattern [T, T] of one head, averaged over the batch."""
-    name = f"blocks.{layer}.attn.hook_pattern"
-    with torch.no_grad():
-        _, cache = bridge.run_with_cache(tokens, names_filter=lambda n: n == name)
-    return cache[name][:, head].float().mean(0).numpy()
+    return patterns[layer][:, head].float().mean(0).numpy()
