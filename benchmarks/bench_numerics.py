@@ -35,7 +35,7 @@ def child(mode: str, threads: int, steps: int, n: int) -> dict:
     import torch
     import yaml
 
-    from selfrepair.core import attribution, interventions, models, train
+    from selfrepair.core import attribution, engine, models, train
     from selfrepair.core import components as C
     from selfrepair.heroes import scores as heroes
     from selfrepair.tasks import sequences as S
@@ -57,16 +57,16 @@ def child(mode: str, threads: int, steps: int, n: int) -> dict:
     train_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         models.save_model(model, Path(d) / "model")
-        bridge = models.load_bridge(Path(d) / "model", "cpu")
+        hf = models.load_hf(Path(d) / "model", "cpu")
         comps = C.all_components(m["n_layers"], m["n_heads"])
         batches = S.fixed_length_batches("sort", max_len, 8, 64, seed=1)
         t0 = time.perf_counter()
-        attribution.gradient_norms(bridge, batches, comps, heroes.lm_loss, "sqrt")
+        attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "sqrt")
         g_s = time.perf_counter() - t0
         fresh = S.eval_set("sort", max_len, n, seed=2)
         t0 = time.perf_counter()
-        means = interventions.component_means(bridge, [b.tokens for b in batches], comps)
-        scores = heroes.causal_scores(bridge, fresh, comps, "mean", means)
+        means = engine.means(hf, [b.tokens for b in batches])
+        scores = heroes.causal_scores(hf, fresh, comps, "mean", means)
         c_s = time.perf_counter() - t0
     return {
         "steps_per_s": steps / train_s,

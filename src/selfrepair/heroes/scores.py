@@ -48,26 +48,29 @@ def ablation_correct(
     sets: Sequence[Sequence[Component]],
     mode: str = "zero",
     means: dict | None = None,
-    rows: int = 256,
+    rows: int | None = None,
     reuse: bool = True,
 ) -> torch.Tensor:
     """Bool [len(sets), B]: exact match of every sequence with each set ablated.
 
     Runs on :class:`selfrepair.core.engine.AblationEngine` (``model`` a Hugging Face
-    GPT-2 LM from ``models.load_hf``): each set resumes from the intact model's or the previous set's
-    residual stream at its first differing layer (``reuse``), the last layer runs at the
-    target positions only, rows in chunks of ``rows`` sequences; the logits are those of
-    a full forward of the ablated model, bit for bit. Put a pruning curve's sets in order
-    (each one component more than the last) to let every point start at the component it
-    adds."""
+    GPT-2 LM from ``models.load_hf``): each set resumes from the intact model's or the
+    previous set's residual stream at its first differing layer (``reuse``), the last
+    layer runs at the target positions only, rows in chunks of ``rows`` sequences
+    (default: 256 on a CPU, where it is fastest, the whole batch on a GPU; on the CPU the
+    chunking changes no bit). The logits are those of a full forward of the ablated
+    model, bit for bit. Put a pruning curve's sets in order (each one component more than
+    the last) to let every point start at the component it adds."""
     pos = target_positions(batch.mask)
     targets, mask = batch.targets[:, pos], batch.mask[:, pos]
+    if rows is None:
+        rows = 256 if batch.tokens.device.type == "cpu" else max(1, len(batch))
     eng = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse)
     rows_out = eng.run(batch.tokens, sets, lambda lg, r: exact_match(lg, targets[r], mask[r]), positions=pos)
     return torch.stack(rows_out)
 
 
-def correct(model, batch: S.Batch, rows: int = 256) -> torch.Tensor:
+def correct(model, batch: S.Batch, rows: int | None = None) -> torch.Tensor:
     """Per-sequence exact match of the intact model (the engine's empty set)."""
     return ablation_correct(model, batch, [[]], rows=rows)[0]
 
