@@ -4,12 +4,12 @@ For one trained seed, each part of the scoring is timed with this library and wi
 naive reference that decodes one sequence at a time, as the original protocol did, on
 the same model and sequences (identical accuracies are required), and set against its
 compute floor: the FLOPs of one full forward per ablation set (G: forward + backward =
-3 forwards) over this machine's matmul throughput, measured here. The ablation parts
-(C, and the probe's joint ablations and pruning curves when the seed's roles.csv is
-there) also run without prefix reuse and on the TransformerBridge's hooks (the path the
-library used before the engine, selfrepair.core.engine), with identical outcomes
-required; prefix reuse computes less than the floor's full forwards, so it can go under
-it. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
+3 forwards) over this machine's matmul throughput, measured here. The ablation parts (C;
+the probe's joint ablations and pruning curves when the seed's roles.csv is there) also
+run on the TransformerBridge's hooks, the path the library used before its ablation
+engine (selfrepair.core.engine), and C also on the engine without prefix reuse, with
+identical outcomes required; prefix reuse computes less than the floor's full forwards,
+so it can go under it. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
 
     .venv/bin/python benchmarks/bench_heroes.py [--model results/heroes/sort/seed42/model]
         [--task sort] [--n 200] [--reference all|ood|none] [--threads 2] [--out results/benchmarks/heroes.csv]
@@ -263,35 +263,43 @@ def main():
             f"{what}; bridge hooks, one set per forward",
         )
 
-    # 4. heroes_probe's ablations: joint vs individual and the three pruning curves, on the
-    # seed's own roles (mean ablation, as the main run).
+    # 4. heroes_probe's ablations on the seed's own roles (mean ablation, as the main
+    # run): the library's one engine call (heroes.probe_ablations, the intact model and
+    # single ablations taken from C's outcomes, as heroes_probe takes them from
+    # outcomes.pt) against the bridge path of before (joint vs individual per group with
+    # its own singles, then each pruning curve, one full forward per set).
     roles_csv = Path(a.model).parent / "roles.csv"
     if roles_csv.exists():
         roles = pd.read_csv(roles_csv)
         by = {n: C.parse(n) for n in roles["component"]}
-        joint = []
-        for group in ("bloat", "hero"):
-            members = [by[n] for n in roles.loc[roles["role"] == group, "component"]]
-            if members:
-                joint += [[]] + [[c] for c in members] + [members]
-        curves = []
-        for cols, asc in (
-            (["G", "component"], [True, True]),
-            (["G", "component"], [False, True]),
-            (["C", "component"], [True, True]),
-        ):
-            order = [by[n] for n in roles.sort_values(cols, ascending=asc)["component"]]
-            curves += [order[:k] for k in range(len(order) + 1)]
-        for part, sets in (("probe joint ablations", joint), ("probe pruning curves", curves)):
-            if not sets:
-                continue
-            lib, lib_s = timed(lambda: heroes.ablation_correct(hf, fresh, sets, "mean", means))
-            old, old_s = timed(lambda: bridge_correct(br, fresh, sets, "mean", bmeans))
-            assert torch.equal(lib, old), f"{part}: engine and bridge path disagree"
-            what = f"{len(sets)} ablation sets x {a.n} sequences"
-            row(part, lib_s, old_s, len(sets) * flops_set, f"{what}; reference = the bridge path")
+        groups = {g: [by[n] for n in roles.loc[roles["role"] == g, "component"]] for g in ("bloat", "hero")}
+        orders = {
+            name: [by[n] for n in roles.sort_values(cols, ascending=asc)["component"]]
+            for name, cols, asc in (
+                ("G ascending", ["G", "component"], [True, True]),
+                ("G descending", ["G", "component"], [False, True]),
+                ("C ascending", ["C", "component"], [True, True]),
+            )
+        }
+        c_mean = heroes.ablation_correct(hf, fresh, singles, "mean", means)
+        known = dict(zip(["baseline"] + [c.name for c in comps], c_mean))
+        (joint, curves), lib_s = timed(lambda: heroes.probe_ablations(hf, fresh, groups, orders, "mean", means, known))
+        sets = [s for g in groups.values() if g for s in [[]] + [[c] for c in g] + [g]]
+        sets += [order[:k] for order in orders.values() for k in range(len(order) + 1)]
+        old, old_s = timed(lambda: bridge_correct(br, fresh, sets, "mean", bmeans).float().mean(1).tolist())
+        i = 0
+        for name, g in groups.items():
+            if g:
+                ref = heroes.joint_drops(old[i], old[i + 1 : i + 1 + len(g)], old[i + 1 + len(g)])
+                assert ref == joint[name], f"probe: joint ablation of the {name}s disagrees"
+                i += len(g) + 2
+        for name, order in orders.items():
+            assert curves[name] == old[i : i + len(order) + 1], f"probe: pruning curve {name} disagrees"
+            i += len(order) + 1
+        what = f"{len(sets)} ablation sets x {a.n} sequences (joint ablations and 3 pruning curves)"
+        row("probe ablations", lib_s, old_s, len(sets) * flops_set, f"{what}; reference = the bridge path")
     else:
-        print(f"no {roles_csv}: the probe's parts are skipped", flush=True)
+        print(f"no {roles_csv}: the probe's part is skipped", flush=True)
 
     # 5. Training throughput: the Hugging Face module vs plain PyTorch, same batches.
     plain = PlainTransformer(cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.n_layer, cfg.n_inner)

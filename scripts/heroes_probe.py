@@ -1,9 +1,10 @@
 """Rule heroes_probe: for one seed, (1) joint vs individual ablation of its bloats and of
 its heroes, (2) pruning curves (components removed in order of G, or of C), (3) how each
 head attends. On the plain Hugging Face modules through the ablation engine
-(selfrepair.core.engine): each pruning curve's sets grow by one component, so every point
-resumes at the layer of the component it adds; the component means are heroes_scores'
-(outcomes.pt), the very ones behind C."""
+(selfrepair.core.engine), in one call (heroes.probe_ablations): each pruning curve's sets
+grow by one component, so every point resumes at the layer of the component it adds; the
+component means, the intact model's and the single ablations' outcomes are heroes_scores'
+(outcomes.pt), the very ones behind C, and are not measured again."""
 
 import pandas as pd
 
@@ -54,43 +55,47 @@ if "means" not in outcomes:
     )
 means = {k: v.to(device) for k, v in outcomes["means"].items()}
 
-rows = []
-for group in ("bloat", "hero"):
-    members = [C.parse(n) for n in roles.loc[roles["role"] == group, "component"]]
-    r = heroes.joint_vs_individual(model, fresh, members, p.ablation, means)
-    rows.append(
-        {
-            "task": p.task,
-            "seed": p.seed,
-            "group": group,
-            "members": " ".join(c.name for c in members),
-            **r,
-            "ablation": p.ablation,
-        }
-    )
-pd.DataFrame(rows).reindex(columns=red_cols).to_csv(o.redundancy, index=False)
-
+# The intact model and the single ablations were measured by heroes_scores on this very
+# batch, mode and means (outcomes.pt): one engine call runs only the joint ablations and
+# the pruning curves' points.
+outcome_rows = outcomes[p.ablation].T  # [1 + components, sequences]
+known = dict(zip(outcomes["columns"], outcome_rows))
+groups = {g: [C.parse(n) for n in roles.loc[roles["role"] == g, "component"]] for g in ("bloat", "hero")}
 by = {n: C.parse(n) for n in roles["component"]}
 orders = {
     "G ascending": roles.sort_values(["G", "component"])["component"],
     "G descending": roles.sort_values(["G", "component"], ascending=[False, True])["component"],
     "C ascending": roles.sort_values(["C", "component"])["component"],
 }
-prows = []
-for name, order in orders.items():
-    order = [by[n] for n in order]
-    for k, acc in enumerate(heroes.pruning_curve(model, fresh, order, p.ablation, means)):
-        prows.append(
-            {
-                "task": p.task,
-                "seed": p.seed,
-                "order": name,
-                "k": k,
-                "removed": order[k - 1].name if k else "",
-                "accuracy": acc,
-                "ablation": p.ablation,
-            }
-        )
+orders = {name: [by[n] for n in order] for name, order in orders.items()}
+joint, curves = heroes.probe_ablations(model, fresh, groups, orders, p.ablation, means, known)
+
+rows = [
+    {
+        "task": p.task,
+        "seed": p.seed,
+        "group": g,
+        "members": " ".join(c.name for c in members),
+        **joint[g],
+        "ablation": p.ablation,
+    }
+    for g, members in groups.items()
+]
+pd.DataFrame(rows).reindex(columns=red_cols).to_csv(o.redundancy, index=False)
+
+prows = [
+    {
+        "task": p.task,
+        "seed": p.seed,
+        "order": name,
+        "k": k,
+        "removed": orders[name][k - 1].name if k else "",
+        "accuracy": acc,
+        "ablation": p.ablation,
+    }
+    for name, curve in curves.items()
+    for k, acc in enumerate(curve)
+]
 pd.DataFrame(prows, columns=prune_cols).to_csv(o.pruning, index=False)
 
 tokens = data["tokens"][0].to(device)

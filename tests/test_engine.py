@@ -205,3 +205,29 @@ def test_engine_rejects_bad_input(three_layers):
         engine.AblationEngine(models.load_bridge(three_layers))
     with pytest.raises(ValueError, match="no target positions"):
         heroes.target_positions(torch.zeros(2, 5, dtype=torch.bool))
+
+
+def test_probe_ablations_equal_the_separate_measurements(trained_sort_folder):
+    """heroes_probe's one engine call (joint ablations + pruning curves, the intact model
+    and single ablations taken from heroes_scores' outcomes) gives the numbers of
+    joint_vs_individual and pruning_curve run separately."""
+    hf = models.load_hf(trained_sort_folder)
+    comps = C.all_components(hf.config.n_layer, hf.config.n_head)
+    batch = S.eval_set("sort", 4, 200, seed=11)
+    means = engine.means(hf, [b.tokens for b in S.fixed_length_batches("sort", 4, 2, 32, seed=2)])
+    groups = {"bloat": comps[:2], "hero": [comps[5], comps[3]], "none": []}
+    orders = {"up": comps, "down": list(reversed(comps)), "mixed": [comps[i] for i in (4, 0, 5, 2, 1, 3)]}
+    singles = heroes.ablation_correct(hf, batch, [[]] + [[c] for c in comps], "mean", means)
+    known = dict(zip(["baseline"] + [c.name for c in comps], singles))
+    for kn in (None, known):
+        joint, curves = heroes.probe_ablations(hf, batch, groups, orders, "mean", means, kn)
+        for g, members in groups.items():
+            ref = heroes.joint_vs_individual(hf, batch, members, "mean", means)
+            assert joint[g] == pytest.approx(ref, nan_ok=True), g
+        for name, order in orders.items():
+            assert curves[name] == heroes.pruning_curve(hf, batch, order, "mean", means), name
+    assert joint["bloat"]["joint"] != 0 and len(set(curves["up"])) > 2  # not vacuous
+    # known outcomes are used, not recomputed: wrong ones show up in the result
+    fake = {k: torch.zeros_like(v) for k, v in known.items()}
+    joint, _ = heroes.probe_ablations(hf, batch, groups, {}, "mean", means, fake)
+    assert joint["bloat"]["baseline_acc"] == 0.0

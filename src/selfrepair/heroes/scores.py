@@ -153,38 +153,89 @@ def causal_table(correct: torch.Tensor, names: Sequence[str], mode: str) -> pd.D
     return pd.DataFrame(rows)
 
 
-def joint_vs_individual(model, batch: S.Batch, group: Sequence[Component], mode: str, means: dict | None) -> dict:
-    """Ablate every member alone and all at once: drops (baseline - ablated accuracy).
-
-    superadditivity = joint drop / sum of individual drops (NaN when the sum is 0).
-    """
-    if not group:
-        return {
-            "n": 0,
-            "sum_individual": float("nan"),
-            "joint": float("nan"),
-            "mean_individual": float("nan"),
-            "superadditivity": float("nan"),
-        }
-    res = ablation_correct(model, batch, [[]] + [[c] for c in group] + [list(group)], mode, means).float().mean(1)
-    base = float(res[0])
-    ind = [base - float(x) for x in res[1:-1]]
-    joint = base - float(res[-1])
-    total = float(sum(ind))
+def joint_drops(base: float, individual: Sequence[float], joint: float) -> dict:
+    """Joint vs individual ablation from accuracies: drops are baseline - ablated accuracy;
+    superadditivity = joint drop / sum of individual drops (NaN when the sum is 0)."""
+    total = float(sum(base - x for x in individual))
+    drop = base - joint
     return {
-        "n": len(group),
+        "n": len(individual),
         "baseline_acc": base,
         "sum_individual": total,
-        "mean_individual": total / len(group),
-        "joint": joint,
-        "superadditivity": joint / total if total > 0 else float("nan"),
+        "mean_individual": total / len(individual),
+        "joint": drop,
+        "superadditivity": drop / total if total > 0 else float("nan"),
     }
+
+
+EMPTY_GROUP = {
+    "n": 0,
+    "sum_individual": float("nan"),
+    "joint": float("nan"),
+    "mean_individual": float("nan"),
+    "superadditivity": float("nan"),
+}
+
+
+def joint_vs_individual(model, batch: S.Batch, group: Sequence[Component], mode: str, means: dict | None) -> dict:
+    """Ablate every member alone and all at once (:func:`joint_drops`)."""
+    if not group:
+        return dict(EMPTY_GROUP)
+    res = ablation_correct(model, batch, [[]] + [[c] for c in group] + [list(group)], mode, means).float().mean(1)
+    return joint_drops(float(res[0]), [float(x) for x in res[1:-1]], float(res[-1]))
 
 
 def pruning_curve(model, batch: S.Batch, order: Sequence[Component], mode: str, means: dict | None) -> list[float]:
     """Accuracy after ablating the first k components of ``order``, k = 0..len(order)."""
     sets = [list(order[:k]) for k in range(len(order) + 1)]
     return ablation_correct(model, batch, sets, mode, means).float().mean(1).tolist()
+
+
+def probe_ablations(
+    model,
+    batch: S.Batch,
+    groups: dict[str, Sequence[Component]],
+    orders: dict[str, Sequence[Component]],
+    mode: str,
+    means: dict | None,
+    known: dict[str, torch.Tensor] | None = None,
+) -> tuple[dict[str, dict], dict[str, list[float]]]:
+    """heroes_probe's ablations in one engine call: :func:`joint_vs_individual` of every
+    group and :func:`pruning_curve` of every order, the same numbers.
+
+    ``known`` maps ``"baseline"`` and component names to exact-match rows [B] already
+    measured on this batch with this mode and these means (heroes_scores' outcomes.pt):
+    the intact model and those single ablations are not run again. Each set runs once
+    (the curves share their ends), in curve order, so that every point resumes at the
+    component it adds."""
+    known = known or {}
+
+    def label(key: frozenset) -> str | None:
+        if not key:
+            return "baseline"
+        return next(iter(key)).name if len(key) == 1 else None
+
+    wanted: dict[frozenset, None] = {}
+    for order in orders.values():
+        for k in range(len(order) + 1):
+            wanted[frozenset(order[:k])] = None
+    for group in groups.values():
+        if group:
+            for key in [frozenset()] + [frozenset([c]) for c in group] + [frozenset(group)]:
+                wanted[key] = None
+    acc = {key: float(known[label(key)].float().mean()) for key in wanted if label(key) in known}
+    todo = [key for key in wanted if key not in acc]
+    if todo:
+        rows = ablation_correct(model, batch, [list(k) for k in todo], mode, means)
+        acc.update(zip(todo, rows.float().mean(1).tolist()))
+    joint = {
+        name: joint_drops(acc[frozenset()], [acc[frozenset([c])] for c in group], acc[frozenset(group)])
+        if group
+        else dict(EMPTY_GROUP)
+        for name, group in groups.items()
+    }
+    curves = {name: [acc[frozenset(order[:k])] for k in range(len(order) + 1)] for name, order in orders.items()}
+    return joint, curves
 
 
 def attention_stats(patterns: Sequence[torch.Tensor]) -> pd.DataFrame:
