@@ -216,12 +216,17 @@ def test_truncation_is_exact_when_the_floor_is_absorbing():
 
 # ---------------------------------------------------------------- tiny models -----
 @pytest.fixture(scope="module")
-def tiny_bridge(tmp_path_factory):
+def tiny_gt_folder(tmp_path_factory):
     """A tiny paper-A GPT-2 with PyTorch's default init (larger effects than GPT-2's)."""
     cfg = models.gpt2_toy_config(S.VOCAB, n_layers=2, n_heads=2, d_model=32, d_mlp=64, n_ctx=32)
     folder = tmp_path_factory.mktemp("gt") / "model"
     models.save_model(models.build_gpt2_toy(cfg, init="torch", seed=0), folder)
-    return models.load_bridge(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_bridge(tiny_gt_folder):
+    return models.load_bridge(tiny_gt_folder)
 
 
 def test_exact_shapley_equals_brute_force_on_a_tiny_model(tiny_bridge):
@@ -239,7 +244,9 @@ def test_exact_shapley_equals_brute_force_on_a_tiny_model(tiny_bridge):
     assert r.values.sum() == pytest.approx(value[frozenset()] - value[frozenset(players)], abs=2e-6)
 
 
-def test_exact_match_game_is_heroes_accuracy(tiny_bridge):
+def test_exact_match_game_is_heroes_accuracy(tiny_bridge, tiny_gt_folder):
+    """The ground truth's exact-match game (the bridge's hooks) scores coalitions as paper
+    A's accuracy does (the ablation engine on the Hugging Face modules)."""
     batch = S.eval_set("sort", 4, 16, seed=6)
     with torch.no_grad():
         pred = tiny_bridge(batch.tokens).argmax(-1)
@@ -249,7 +256,8 @@ def test_exact_match_game_is_heroes_accuracy(tiny_bridge):
     sets = [[]] + [[c] for c in comps] + [comps[:3]]
     game = games.exact_match_game(tiny_bridge, batch, "mean", means, max_rows=40)
     got = game(sets)
-    ref = heroes.ablation_correct(tiny_bridge, batch, sets, "mean", means).float().mean(1).numpy()
+    hf = models.load_hf(tiny_gt_folder)
+    ref = heroes.ablation_correct(hf, batch, sets, "mean", means).float().mean(1).numpy()
     assert got == pytest.approx(ref, abs=1e-12)
     assert got[0] == 1.0 and got.min() < 1.0
     assert game.n_calls == 1 and game.n_coalitions == len(sets)
