@@ -48,12 +48,7 @@ data = runtime.load_tensors(smk.input.batches)
 model = models.load_hf(smk.input.model, device)
 fresh = Batch(data["eval_tokens"], data["eval_targets"], data["eval_mask"]).to(device)
 outcomes = runtime.load_tensors(smk.input.outcomes)
-if "means" not in outcomes:
-    raise SystemExit(
-        f"{smk.input.outcomes} holds no component means (written before the ablation engine): "
-        "rerun heroes_scores for this seed (snakemake --forcerun heroes_scores ...)"
-    )
-means = {k: v.to(device) for k, v in outcomes["means"].items()}
+means = {k: v.to(device) for k, v in heroes.saved_means(outcomes, smk.input.outcomes).items()}
 
 # The intact model and the single ablations were measured by heroes_scores on this very
 # batch, mode and means (outcomes.pt): one engine call runs only the joint ablations and

@@ -231,3 +231,16 @@ def test_probe_ablations_equal_the_separate_measurements(trained_sort_folder):
     fake = {k: torch.zeros_like(v) for k, v in known.items()}
     joint, _ = heroes.probe_ablations(hf, batch, groups, {}, "mean", means, fake)
     assert joint["bloat"]["baseline_acc"] == 0.0
+
+
+def test_probe_needs_the_means_heroes_scores_saved(tmp_path):
+    """An outcomes.pt from before the engine (no means) gets an error that says what to rerun."""
+    from selfrepair.core import runtime
+
+    f = tmp_path / "outcomes.pt"
+    runtime.save_tensors(f, {"status": "kept", "columns": ["baseline"], "mean": torch.zeros(3, 1, dtype=torch.bool)})
+    with pytest.raises(ValueError, match="rerun heroes_scores"):
+        heroes.saved_means(runtime.load_tensors(f), f)
+    means = {"blocks.0.hook_mlp_out": torch.ones(4)}
+    runtime.save_tensors(f, {"status": "kept", "means": means})
+    assert torch.equal(heroes.saved_means(runtime.load_tensors(f), f)["blocks.0.hook_mlp_out"], torch.ones(4))

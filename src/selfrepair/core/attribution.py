@@ -21,6 +21,16 @@ from selfrepair.core.components import Component
 NORMALIZATIONS = ("sqrt", "raw")
 
 
+def _check_normalization(normalization: str) -> None:
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"g normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
+
+
+def _normalized(norm: float, numel: int, normalization: str) -> float:
+    """A weight-gradient norm as G reports it: divided by sqrt(#entries) under 'sqrt'."""
+    return norm / math.sqrt(numel) if normalization == "sqrt" else norm
+
+
 def _weight_grad_norms(acts: dict, grads: dict, components: Sequence[Component], n_heads: int) -> dict[str, float]:
     out = {}
     for c in components:
@@ -48,8 +58,7 @@ def gradient_norms(
     ``loss_fn(logits, batch)`` gives the scalar loss of one batch (``batch.tokens`` is
     the input). ``normalization`` 'sqrt' divides each norm by sqrt(#entries).
     """
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"g normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
+    _check_normalization(normalization)
     act_names, grad_names = set(), set()
     for c in components:
         if c.is_head:
@@ -80,7 +89,7 @@ def gradient_norms(
             loss.backward()
         norms = _weight_grad_norms(acts, grads, components, bridge.cfg.n_heads)
         for name, (norm, numel) in norms.items():
-            result[name].append(norm / math.sqrt(numel) if normalization == "sqrt" else norm)
+            result[name].append(_normalized(norm, numel, normalization))
     bridge.zero_grad(set_to_none=True)
     return result
 
@@ -108,8 +117,7 @@ def gradient_norms_gpt2(
     its own way; tests/test_engine.py)."""
     from selfrepair.core.engine import hf_model
 
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"g normalization must be one of {NORMALIZATIONS}, not {normalization!r}")
+    _check_normalization(normalization)
     hf = hf_model(model)
     d = hf.config.n_embd
     n_heads = hf.config.n_head
@@ -172,7 +180,7 @@ def gradient_norms_gpt2(
                 for c in (c for c in components if c.layer == layer):
                     gw = gv[:, c.head * dh : (c.head + 1) * dh] if c.is_head else gout
                     norm = float(gw.double().norm())
-                    result[c.name].append(norm / math.sqrt(gw.numel()) if normalization == "sqrt" else norm)
+                    result[c.name].append(_normalized(norm, gw.numel(), normalization))
     finally:
         for h in handles:
             h.remove()

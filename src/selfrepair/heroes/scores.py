@@ -191,6 +191,17 @@ def pruning_curve(model, batch: S.Batch, order: Sequence[Component], mode: str, 
     return ablation_correct(model, batch, sets, mode, means).float().mean(1).tolist()
 
 
+def saved_means(outcomes: dict, source) -> dict[str, torch.Tensor]:
+    """The component means heroes_scores keeps in outcomes.pt (``source`` names the file
+    in the error when they are missing: an outcomes.pt written before the engine)."""
+    if "means" not in outcomes:
+        raise ValueError(
+            f"{source} holds no component means (written before the ablation engine): "
+            "rerun heroes_scores for this seed (snakemake --forcerun heroes_scores ...)"
+        )
+    return outcomes["means"]
+
+
 def probe_ablations(
     model,
     batch: S.Batch,
