@@ -9,7 +9,12 @@ the probe's joint ablations and pruning curves when the seed's roles.csv is ther
 run on the TransformerBridge's hooks, the path the library used before its ablation
 engine (selfrepair.core.engine), and C also on the engine without prefix reuse, with
 identical outcomes required; prefix reuse computes less than the floor's full forwards,
-so it can go under it. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
+so it can go under it. Each library call is also run once, untimed, under torch's
+FlopCounterMode, which counts the matmul FLOPs it executes (linear layers and lm_head,
+forward and backward; not the attention kernels on the CPU, about 1-2% here): that
+work over the same throughput is its executed floor, so ``library_over_executed`` says
+how close a part runs to the cost of the work it does, and ``executed_fraction`` how
+much of the full forwards' work it does. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
 
     .venv/bin/python benchmarks/bench_heroes.py [--model results/heroes/sort/seed42/model]
         [--task sort] [--n 200] [--reference all|ood|none] [--threads 2] [--out results/benchmarks/heroes.csv]
@@ -35,6 +40,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from selfrepair.core import attribution, engine, interventions, models, train
 from selfrepair.core import components as C
@@ -60,6 +66,14 @@ def matmul_throughput(seconds: float = 1.0) -> float:
         a @ b
         n += 1
     return n * 2 * 8192 * 128 * 512 / (time.perf_counter() - t0)
+
+
+def executed_flops(fn) -> float:
+    """Matmul FLOPs that ``fn()`` executes, counted by torch's FlopCounterMode (one untimed call)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return float(counter.get_total_flops())
 
 
 def timed(fn):
@@ -163,7 +177,7 @@ def main():
     flops_per_s = matmul_throughput()
     rows = []
 
-    def row(part, lib_s, ref_s, flops, note=""):
+    def row(part, lib_s, ref_s, flops, note="", executed=float("nan")):
         floor = flops / flops_per_s
         rows.append(
             {
@@ -173,6 +187,8 @@ def main():
                 "speedup_vs_reference": ref_s / lib_s,
                 "compute_floor_s": floor,
                 "library_over_floor": lib_s / floor,
+                "executed_fraction": executed / flops,
+                "library_over_executed": lib_s / (executed / flops_per_s),
                 "note": note,
             }
         )
@@ -181,7 +197,11 @@ def main():
     # 1. OOD selection: accuracy at each candidate length.
     lengths = [8, 9, 10, 11]
     sets = {L: S.eval_set(a.task, L, a.n, seed=L) for L in lengths}
-    lib, lib_s = timed(lambda: {L: heroes.correct(hf, b) for L, b in sets.items()})
+
+    def ood():
+        return {L: heroes.correct(hf, b) for L, b in sets.items()}
+
+    lib, lib_s = timed(ood)
     ref_s = float("nan")
     if a.reference in ("all", "ood"):
         ref, ref_s = timed(
@@ -192,24 +212,32 @@ def main():
         )
         assert all(torch.equal(lib[L], ref[L]) for L in lengths), "library and reference disagree"
     flops = sum(forward_flops(cfg, a.n, 2 * L + 2) for L in lengths)
-    row("OOD selection", lib_s, ref_s, flops, f"{a.n} sequences x {len(lengths)} lengths")
+    row("OOD selection", lib_s, ref_s, flops, f"{a.n} sequences x {len(lengths)} lengths", executed_flops(ood))
 
     # 2. G: forward + backward over the OOD batches (no naive counterpart).
     n_len = 9
     batches = S.fixed_length_batches(a.task, n_len, a.n_batches, 64, seed=1)
     g_flops = 3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2)
-    g_lib, lib_s = timed(lambda: attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "sqrt"))
-    g_br, br_s = timed(lambda: attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt"))
+
+    def g_hf():
+        return attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "sqrt")
+
+    def g_bridge():
+        return attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt")
+
+    g_lib, lib_s = timed(g_hf)
+    g_br, br_s = timed(g_bridge)
     g_rel = max(abs(sum(g_lib[k]) - sum(g_br[k])) / sum(g_br[k]) for k in g_br)
     assert g_rel < 1e-5, f"G: the two paths differ by {g_rel:.2g} (relative)"
     note = f"{a.n_batches} batches of 64; backward = 2x forward; Hugging Face modules"
-    row("G", lib_s, float("nan"), g_flops, note)
+    row("G", lib_s, float("nan"), g_flops, note, executed_flops(g_hf))
     row(
         "G bridge path",
         br_s,
         float("nan"),
         g_flops,
         f"the bridge's hooks; G within {g_rel:.1g} relative of the library's",
+        executed_flops(g_bridge),
     )
 
     # 3. C, mean and zero ablation of each component (+ the intact baseline): the engine
@@ -220,9 +248,16 @@ def main():
     singles = [[]] + [[c] for c in comps]
     flops_set = forward_flops(cfg, a.n, 2 * n_len + 2)
     for mode in ("mean", "zero"):
-        lib, lib_s = timed(lambda: heroes.ablation_correct(hf, fresh, singles, mode, means))
-        flat, flat_s = timed(lambda: heroes.ablation_correct(hf, fresh, singles, mode, means, reuse=False))
-        old, old_s = timed(lambda: bridge_correct(br, fresh, singles, mode, bmeans))
+
+        def c_engine(reuse=True, mode=mode):
+            return heroes.ablation_correct(hf, fresh, singles, mode, means, reuse=reuse)
+
+        def c_bridge(mode=mode):
+            return bridge_correct(br, fresh, singles, mode, bmeans)
+
+        lib, lib_s = timed(c_engine)
+        flat, flat_s = timed(lambda: c_engine(reuse=False))
+        old, old_s = timed(c_bridge)
         assert torch.equal(lib, flat) and torch.equal(lib, old), f"C ({mode}): engine and bridge path disagree"
 
         def naive():
@@ -253,14 +288,23 @@ def main():
             ref, ref_s = timed(naive)
             assert torch.equal(lib, ref), f"C ({mode}): library and reference disagree"
         what = f"{len(comps)} components x {a.n} sequences"
-        row(f"C {mode}", lib_s, ref_s, len(singles) * flops_set, f"{what}; engine, prefix reuse")
-        row(f"C {mode} no prefix reuse", flat_s, ref_s, len(singles) * flops_set, f"{what}; engine, full forwards")
+        c_flops = len(singles) * flops_set
+        row(f"C {mode}", lib_s, ref_s, c_flops, f"{what}; engine, prefix reuse", executed_flops(c_engine))
+        row(
+            f"C {mode} no prefix reuse",
+            flat_s,
+            ref_s,
+            c_flops,
+            f"{what}; engine, full forwards",
+            executed_flops(lambda: c_engine(reuse=False)),
+        )
         row(
             f"C {mode} bridge path",
             old_s,
             ref_s,
-            len(singles) * flops_set,
+            c_flops,
             f"{what}; bridge hooks, one set per forward",
+            executed_flops(c_bridge),
         )
 
     # 4. heroes_probe's ablations on the seed's own roles (mean ablation, as the main
@@ -283,7 +327,11 @@ def main():
         }
         c_mean = heroes.ablation_correct(hf, fresh, singles, "mean", means)
         known = dict(zip(["baseline"] + [c.name for c in comps], c_mean))
-        (joint, curves), lib_s = timed(lambda: heroes.probe_ablations(hf, fresh, groups, orders, "mean", means, known))
+
+        def probe():
+            return heroes.probe_ablations(hf, fresh, groups, orders, "mean", means, known)
+
+        (joint, curves), lib_s = timed(probe)
         sets = [s for g in groups.values() if g for s in [[]] + [[c] for c in g] + [g]]
         sets += [order[:k] for order in orders.values() for k in range(len(order) + 1)]
         old, old_s = timed(lambda: bridge_correct(br, fresh, sets, "mean", bmeans).float().mean(1).tolist())
@@ -300,7 +348,14 @@ def main():
             assert curves[name] == old[i : i + len(order) + 1], f"probe: pruning curve {name} disagrees"
             i += len(order) + 1
         what = f"{len(sets)} ablation sets x {a.n} sequences (joint ablations and 3 pruning curves)"
-        row("probe ablations", lib_s, old_s, len(sets) * flops_set, f"{what}; reference = the bridge path")
+        row(
+            "probe ablations",
+            lib_s,
+            old_s,
+            len(sets) * flops_set,
+            f"{what}; reference = the bridge path",
+            executed_flops(probe),
+        )
     else:
         print(f"no {roles_csv}: the probe's part is skipped", flush=True)
 
@@ -317,6 +372,8 @@ def main():
             "speedup_vs_reference": hf_sps / plain_sps,
             "compute_floor_s": float("nan"),
             "library_over_floor": float("nan"),
+            "executed_fraction": float("nan"),
+            "library_over_executed": float("nan"),
             "note": f"HF {hf_sps:.1f} steps/s, plain {plain_sps:.1f} steps/s",
         }
     )
