@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from selfrepair.core import analysis, attribution, interventions, models, runtime
+from selfrepair.core import analysis, attribution, engine, models, runtime
 from selfrepair.core import components as C
 from selfrepair.heroes import protocol
 from selfrepair.heroes import scores as heroes
@@ -47,21 +47,23 @@ if ood["status"] != "kept":
     pd.DataFrame(columns=sweep_cols).to_csv(smk.output.sweep, index=False)
 else:
     data = runtime.load_tensors(smk.input.batches)
-    bridge = models.load_bridge(smk.input.model, device)
-    cfg = bridge.cfg
-    comps = C.all_components(cfg.n_layers, cfg.n_heads)
+    # G, the means and every ablation as the main run computes them (heroes_scores): on
+    # the Hugging Face modules, ablations on the engine at either site
+    hf = models.load_hf(smk.input.model, device)
+    cfg = hf.config
+    comps = C.all_components(cfg.n_layer, cfg.n_head)
     names = [c.name for c in comps]
-    numel = [protocol.weight_numel(c, cfg.d_model, cfg.d_head, cfg.d_mlp) for c in comps]
+    numel = [
+        protocol.weight_numel(c, cfg.n_embd, cfg.n_embd // cfg.n_head, cfg.n_inner or 4 * cfg.n_embd) for c in comps
+    ]
     nb = data["tokens"].shape[0]
     batches = [S.Batch(data["tokens"][i], data["targets"][i], data["mask"][i]).to(device) for i in range(nb)]
-    # G as the main run computes it (heroes_scores), on the Hugging Face modules
-    hf = models.load_hf(smk.input.model, device)
     raw = attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "raw")
     g_raw = np.array([np.mean(raw[n]) for n in names])
     # The same generator seed as heroes_ood's evaluation set: its first n_eval sequences
     # are the ones the main paper-A run scored.
     fresh = S.eval_set(task, ood["N"], p.n_measure, seed=seed + 37).to(device)
-    means = interventions.component_means(bridge, [b.tokens for b in batches], comps)
+    means = engine.means(hf, [b.tokens for b in batches], comps)
     sets = [[]] + [[c] for c in comps]
     # each site on as many sequences as its cells (and, for hook_z, the sweep) need
     need = {}
@@ -72,7 +74,7 @@ else:
     correct = {}
     for site, n in sorted(need.items()):
         sub = S.Batch(fresh.tokens[:n], fresh.targets[:n], fresh.mask[:n])
-        correct[site] = protocol.exact_match_sets(bridge, sub, sets, p.ablation, means, site).cpu().numpy()
+        correct[site] = protocol.exact_match_sets(hf, sub, sets, p.ablation, means, site).cpu().numpy()
         logging.info("site %s: %d sequences at N=%d", site, n, ood["N"])
 
     comp_frames, joint_rows = [], []
@@ -109,7 +111,7 @@ else:
             if members:
                 ind = df.set_index("component").loc[[m.name for m in members], "C"].astype(float)
                 joint_acc = float(
-                    protocol.exact_match_sets(bridge, sub, [members], p.ablation, means, proto["site"]).double().mean()
+                    protocol.exact_match_sets(hf, sub, [members], p.ablation, means, proto["site"]).double().mean()
                 )
                 row.update(mean_individual=float(ind.mean()), sum_individual=float(ind.sum()), joint=base - joint_acc)
                 row["superadditivity"] = (

@@ -9,41 +9,13 @@ import random
 import pytest
 import torch
 
+from hooked_gpt2 import hooked_logits
 from selfrepair.core import attribution, engine, interventions, models
 from selfrepair.core import components as C
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
 NUMERICS = os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable")
-
-
-def hooked_logits(hf, tokens, ablated, mode, means):
-    """Reference: one full forward of the model with the ablation written in by hooks
-    (a head's slice of c_proj's input, an MLP's output), nothing reused."""
-    n_heads, d = hf.config.n_head, hf.config.n_embd
-    handles = []
-    for c in ablated:
-        blk = hf.transformer.h[c.layer]
-        if c.is_head:
-
-            def pre(module, args, c=c):
-                z = args[0].reshape(*args[0].shape[:2], n_heads, d // n_heads).clone()
-                z[:, :, c.head] = 0.0 if mode == "zero" else means[c.hook][c.head]
-                return (z.reshape(args[0].shape),)
-
-            handles.append(blk.attn.c_proj.register_forward_pre_hook(pre))
-        else:
-
-            def post(module, args, out, c=c):
-                return torch.zeros_like(out) + (0.0 if mode == "zero" else means[c.hook])
-
-            handles.append(blk.mlp.register_forward_hook(post))
-    try:
-        with torch.no_grad():
-            return hf(input_ids=tokens).logits
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def same(a, b):
@@ -73,18 +45,19 @@ def some_sets(comps, seed=0):
 
 @pytest.mark.parametrize("mode", ["mean", "zero"])
 @pytest.mark.parametrize("reuse", [True, False])
-def test_engine_logits_equal_a_full_hooked_forward(three_layers, mode, reuse):
+@pytest.mark.parametrize("site", engine.SITES)
+def test_engine_logits_equal_a_full_hooked_forward(three_layers, mode, reuse, site):
     hf = models.load_hf(three_layers)
     comps = C.all_components(3, 2)
     tokens = S.eval_set("sort", 5, 20, seed=4).tokens
     means = engine.means(hf, [S.eval_set("sort", 5, 30, seed=5).tokens], rows=7)
     sets = some_sets(comps)
-    eng = engine.AblationEngine(hf, mode, means, rows=7, reuse=reuse)  # 3 chunks of rows
+    eng = engine.AblationEngine(hf, mode, means, rows=7, reuse=reuse, site=site)  # 3 chunks of rows
     got = eng.run(tokens, sets)
     pos = slice(7, 12)
     at_pos = eng.run(tokens, sets, positions=pos)
     for s, g, gp in zip(sets, got, at_pos):
-        ref = hooked_logits(hf, tokens, list(dict.fromkeys(s)), mode, means)
+        ref = hooked_logits(hf, tokens, list(dict.fromkeys(s)), mode, means, site)
         assert g.shape == ref.shape
         assert same(g, ref), [c.name for c in s]
         assert same(gp, ref[:, pos]), [c.name for c in s]
@@ -189,6 +162,8 @@ def test_engine_rejects_bad_input(three_layers):
     tokens = S.eval_set("sort", 4, 3, seed=1).tokens
     with pytest.raises(ValueError, match="unknown ablation mode"):
         engine.AblationEngine(hf, "resample")
+    with pytest.raises(ValueError, match="unknown ablation site"):
+        engine.AblationEngine(hf, "zero", site="hook_attn_out")
     with pytest.raises(ValueError, match="needs means"):
         engine.AblationEngine(hf, "mean")
     with pytest.raises(ValueError, match="not a component of this model"):

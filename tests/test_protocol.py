@@ -7,10 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
+from hooked_gpt2 import hooked_logits
 from selfrepair.core import components as C
-from selfrepair.core import interventions, models
+from selfrepair.core import engine, models
 from selfrepair.heroes import grid, grid_tables, protocol
 from selfrepair.heroes import scores as heroes
+from selfrepair.heroes.grid import SITES
 from selfrepair.tasks import sequences as S
 
 BASE = {
@@ -120,56 +122,29 @@ def test_superadditivity_ratio_of_means_with_bootstrap():
     assert math.isnan(grid_tables.superadditivity([], [])["ratio"])
 
 
-def _hf_slice_logits(folder, tokens, layer, head, value):
-    """Reference: the Hugging Face module itself, its attention output (after c_proj,
-    with its bias) overwritten on the head's d_head-wide slice by a forward hook."""
-    hf = models.load_hf(folder)
-    dh = hf.config.n_embd // hf.config.n_head
-
-    def hook(mod, args, out):
-        a = out[0].clone()
-        a[..., head * dh : (head + 1) * dh] = value
-        return (a,) + tuple(out[1:])
-
-    h = hf.transformer.h[layer].attn.register_forward_hook(hook)
-    with torch.no_grad():
-        logits = hf(input_ids=tokens).logits
-    h.remove()
-    return logits
-
-
 @pytest.mark.parametrize("mode", ["zero", "mean"])
-def test_slice_site_matches_a_hugging_face_reference(tiny_folder, mode):
-    br = models.load_bridge(tiny_folder)
-    tokens = S.make_batch("sort", torch.randint(1, 100, (3, 5), generator=torch.Generator().manual_seed(2))).tokens
-    comps = C.all_components(2, 2)
-    means = interventions.component_means(br, [tokens], comps)
-    target = C.parse("L0H1")
-    hooks = protocol.ablation_hooks([[target]], 3, mode, means, "attn_out_slice", br.cfg.d_head)
-    with torch.no_grad():
-        ours = br.run_with_hooks(tokens, fwd_hooks=hooks)
-    value = 0.0 if mode == "zero" else means["blocks.0.attn.hook_z"][1]
-    ref = _hf_slice_logits(tiny_folder, tokens, 0, 1, value)
-    assert torch.allclose(ours, ref, atol=1e-4)
-    # and it is not the head's own ablation at hook_z
-    with torch.no_grad():
-        at_z = br.run_with_hooks(tokens, fwd_hooks=interventions.make_hooks([[target]], 3, mode, means))
-    assert not torch.allclose(ours, at_z, atol=1e-4)
-
-
-def test_exact_match_sets_at_hook_z_equals_the_main_pipeline(trained_sort_folder):
-    br = models.load_bridge(trained_sort_folder)
+def test_exact_match_sets_equal_full_hooked_forwards_at_both_sites(trained_sort_folder, mode):
+    """exact_match_sets (the engine) against one full forward of the Hugging Face model
+    per set, the ablation written in by hooks: at hook_z, and at the authors' slice of the
+    attention output (zeros or the head's mean z on its d_head-wide slice, after c_proj)."""
+    hf = models.load_hf(trained_sort_folder)
     batch = S.eval_set("sort", 5, 64, seed=3)
-    comps = C.all_components(br.cfg.n_layers, br.cfg.n_heads)
-    means = interventions.component_means(br, [batch.tokens], comps)
-    sets = [[]] + [[c] for c in comps] + [comps[:3]]
-    ours = protocol.exact_match_sets(br, batch, sets, "mean", means, "hook_z", max_rows=100)
-    ref = heroes.ablation_correct(models.load_hf(trained_sort_folder), batch, sets, "mean", means)
-    assert torch.equal(ours, ref)
-    # the slice site leaves MLP rows unchanged and ablates the heads elsewhere
-    sl = protocol.exact_match_sets(br, batch, sets, "mean", means, "attn_out_slice")
-    mlp_rows = [1 + i for i, c in enumerate(comps) if not c.is_head]
-    assert torch.equal(sl[mlp_rows], ref[mlp_rows]) and torch.equal(sl[0], ref[0])
+    comps = C.all_components(hf.config.n_layer, hf.config.n_head)
+    means = engine.means(hf, [S.eval_set("sort", 5, 64, seed=4).tokens])
+    sets = [[]] + [[c] for c in comps] + [comps[:3], [comps[1], comps[0]]]
+    got = {}
+    for site in SITES:
+        got[site] = protocol.exact_match_sets(hf, batch, sets, mode, means, site, rows=40)
+        for s, row in zip(sets, got[site]):
+            logits = hooked_logits(hf, batch.tokens, s, mode, means, site)
+            assert torch.equal(row, heroes.exact_match(logits, batch.targets, batch.mask)), (site, s)
+    # the slice site leaves the MLP rows and the intact row unchanged and moves head rows
+    mlp_rows = [0] + [1 + i for i, c in enumerate(comps) if not c.is_head]
+    assert torch.equal(got["hook_z"][mlp_rows], got["attn_out_slice"][mlp_rows])
+    assert not torch.equal(got["hook_z"], got["attn_out_slice"])
+    with pytest.raises(ValueError, match="ablation site must be one of"):
+        protocol.exact_match_sets(hf, batch, sets, mode, means, "hook_attn_out")
+    assert SITES == engine.SITES  # the grid's config check and the engine name the same sites
 
 
 def test_cell_components_normalizes_g_and_counts_roles():

@@ -107,7 +107,7 @@ rule heroes_grid_measure:
         code=code_hash(
             "core/models",
             "core/attribution",
-            "core/interventions",
+            "core/engine",
             "heroes/scores",
             "core/components",
             "heroes/protocol",

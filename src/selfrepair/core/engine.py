@@ -1,8 +1,9 @@
 """The ablation engine of paper A: many ablation sets over one batch, computing only what
 each ablation changes, on the plain Hugging Face GPT-2 modules.
 
-An ablation replaces head outputs z (the input of ``attn.c_proj``, a head's slice of it)
-or an MLP's output by their mean over reference data, or by zero. Three savings, none of
+An ablation replaces head outputs z (the input of ``attn.c_proj``, a head's slice of it;
+or, at the authors' site, a slice of the attention output, see ``SITES``) or an MLP's
+output by their mean over reference data, or by zero. Three savings, none of
 which changes a bit of the logits:
 
 - Prefix reuse. An ablation in layer l leaves the residual stream entering layer l
@@ -40,6 +41,11 @@ import torch
 from selfrepair.core.components import Component
 
 MODES = ("zero", "mean")
+# Where a head is ablated: its slice of z (the input of ``attn.c_proj``, the head's own
+# contribution), or, as paper A's authors' code does, the d_head-wide slice h of the
+# attention output after ``c_proj`` and its bias (that slice is not head h's contribution:
+# after W_O every head writes to all of d_model). MLPs are ablated at their output.
+SITES = ("hook_z", "attn_out_slice")
 
 
 def hf_model(model):
@@ -81,19 +87,32 @@ class AblationEngine:
     ``means``: {hook name: mean} as :meth:`means` or ``interventions.component_means``
     give them (``blocks.{l}.attn.hook_z`` [n_heads, d_head], ``blocks.{l}.hook_mlp_out``
     [d_model]); needed for mean ablation. ``reuse=False`` runs every set from the
-    embedding (the same bits, more time: the benchmark's comparison).
+    embedding (the same bits, more time: the benchmark's comparison). ``site``: where
+    heads are ablated (``SITES``): 'hook_z' (the default), or 'attn_out_slice', the
+    authors' site, where the attention output's slice h is replaced by zero or by head
+    h's mean z (paper A's protocol grid); the savings and the exactness are the same.
     """
 
-    def __init__(self, model, mode: str = "zero", means: dict | None = None, rows: int = 256, reuse: bool = True):
+    def __init__(
+        self,
+        model,
+        mode: str = "zero",
+        means: dict | None = None,
+        rows: int = 256,
+        reuse: bool = True,
+        site: str = "hook_z",
+    ):
         if mode not in MODES:
             raise ValueError(f"unknown ablation mode {mode!r}; expected one of {MODES}")
+        if site not in SITES:
+            raise ValueError(f"unknown ablation site {site!r}; expected one of {SITES}")
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
         self.hf = hf_model(model)
         cfg = self.hf.config
         self.n_layers, self.n_heads, self.d_model = cfg.n_layer, cfg.n_head, cfg.n_embd
         self.d_head = self.d_model // self.n_heads
-        self.mode, self.rows, self.reuse = mode, rows, reuse
+        self.mode, self.rows, self.reuse, self.site = mode, rows, reuse, site
         self.means = means
         if mode == "mean":
             if means is None:
@@ -139,6 +158,8 @@ class AblationEngine:
         return self.means[name].to(like.device, like.dtype)
 
     def _replace_heads(self, layer: int, z: torch.Tensor, heads: Sequence[int]) -> torch.Tensor:
+        """``z`` (or, at the slice site, the attention output) [rows, T, d_model] with the
+        d_head-wide slice of every head in ``heads`` replaced."""
         if not heads:
             return z
         z4 = z.reshape(*z.shape[:2], self.n_heads, self.d_head).clone()
@@ -146,6 +167,13 @@ class AblationEngine:
         for h in heads:
             z4[:, :, h, :] = rep if rep.dim() == 0 else rep[h]
         return z4.reshape(z.shape)
+
+    def _attention_out(self, layer: int, z: torch.Tensor, heads: Sequence[int], sl: slice) -> torch.Tensor:
+        """The attention block's output at positions ``sl`` with ``heads`` ablated at the site."""
+        c_proj = self.hf.transformer.h[layer].attn.c_proj
+        if self.site == "hook_z":
+            return c_proj(self._replace_heads(layer, z, heads)[:, sl].contiguous())
+        return self._replace_heads(layer, c_proj(z[:, sl].contiguous()), heads)
 
     def _mlp_out(self, layer: int, mid: torch.Tensor, ablated: bool) -> torch.Tensor:
         blk = self.hf.transformer.h[layer]
@@ -170,10 +198,7 @@ class AblationEngine:
             if same_attention and heads[layer] == sorted(c.head for c in base.key if c.layer == layer and c.is_head):
                 mid = base.mid[layer]
             else:
-                attn_out = self.hf.transformer.h[layer].attn.c_proj(
-                    self._replace_heads(layer, z, heads[layer])[:, sl].contiguous()
-                )
-                mid = attn_out + x[:, sl]
+                mid = self._attention_out(layer, z, heads[layer], sl) + x[:, sl]
             st.pre.append(x)
             st.z.append(z)
             st.mid.append(mid)

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from selfrepair.core import analysis, interventions
+from selfrepair.core import analysis
 from selfrepair.core.components import Component
 from selfrepair.heroes.grid import BOUNDARIES, SITES
+from selfrepair.heroes.scores import ablation_correct
 
 # ---- roles ---------------------------------------------------------------------------
 
@@ -34,79 +35,21 @@ def classify(delta: float, threshold: float, boundary: str = "inclusive") -> str
     return "aligned"
 
 
-# ---- ablation at the summed attention output ---------------------------------------
-
-
-def slice_hooks(sets: Sequence[Sequence[Component]], batch_size: int, mode: str, means: dict | None, d_head: int):
-    """Forward hooks on ``blocks.{l}.hook_attn_out`` (after W_O and its bias) for a batch
-    repeated ``len(sets)`` times: in copy k, the d_head-wide slice h of every head h in
-    ``sets[k]`` is replaced by zeros (zero) or by the head's mean z (mean), as the
-    authors' code does. (That slice is not the head's contribution: after W_O every head
-    writes to all of d_model.)"""
-    if mode not in ("zero", "mean"):
-        raise ValueError(f"unknown ablation mode {mode!r}; expected 'zero' or 'mean'")
-    per_layer: dict[int, list[tuple[int, int]]] = {}
-    for i, s in enumerate(sets):
-        for c in s:
-            if c.is_head:
-                per_layer.setdefault(c.layer, []).append((i, c.head))
-
-    def hook(layer):
-        zname = f"blocks.{layer}.attn.hook_z"
-        if mode == "mean" and (means is None or zname not in means):
-            raise ValueError(f"mean ablation needs the mean of {zname}; compute component_means first")
-
-        def fn(x, hook):
-            x = x.clone()
-            for i, h in per_layer[layer]:
-                rows = slice(i * batch_size, (i + 1) * batch_size)
-                cols = slice(h * d_head, (h + 1) * d_head)
-                x[rows, :, cols] = 0 if mode == "zero" else means[zname][h].to(x.dtype).to(x.device)
-            return x
-
-        return fn
-
-    return [(f"blocks.{layer}.hook_attn_out", hook(layer)) for layer in per_layer]
-
-
-def ablation_hooks(sets, batch_size: int, mode: str, means: dict | None, site: str, d_head: int):
-    """Hooks ablating ``sets[k]`` in copy k of a repeated batch, heads at ``site``
-    (MLPs always at their output)."""
-    if site not in SITES:
-        raise ValueError(f"ablation site must be one of {SITES}, not {site!r}")
-    if site == "hook_z":
-        return interventions.make_hooks(sets, batch_size, mode, means)
-    hooks = slice_hooks(sets, batch_size, mode, means, d_head)
-    mlp_sets = [[c for c in s if not c.is_head] for s in sets]
-    if any(mlp_sets):
-        hooks += interventions.make_hooks(mlp_sets, batch_size, mode, means)
-    return hooks
+# ---- exact match under ablation, at either site ------------------------------------
 
 
 def exact_match_sets(
-    bridge, batch, sets, mode: str, means: dict | None, site: str, max_rows: int = 1024
+    model, batch, sets, mode: str, means: dict | None, site: str, rows: int | None = None
 ) -> torch.Tensor:
-    """Bool [len(sets), B]: exact match of every sequence with each set ablated at ``site``.
-
-    On the bridge's hooks (the authors' slice site is not in the ablation engine of
-    ``scores.ablation_correct``), one set per forward at 1000 sequences (``max_rows``): on
-    a sorting model, 21 sets, one thread, 11.3 s vs 19.0 s at 8 sets per forward, at both
-    sites, with identical outcomes."""
-    from selfrepair.heroes.scores import exact_match
-
-    b = len(batch)
-    d_head = bridge.cfg.d_head
-    per = max(1, max_rows // b)
-    rows = []
-    with torch.no_grad():
-        for start in range(0, len(sets), per):
-            group = list(sets[start : start + per])
-            rep = batch.tokens.repeat(len(group), 1)
-            hooks = ablation_hooks(group, b, mode, means, site, d_head)
-            logits = bridge.run_with_hooks(rep, fwd_hooks=hooks) if hooks else bridge(rep)
-            for i in range(len(group)):
-                rows.append(exact_match(logits[i * b : (i + 1) * b], batch.targets, batch.mask))
-    return torch.stack(rows)
+    """Bool [len(sets), B]: exact match of every sequence with each set ablated, heads at
+    ``site`` (``SITES``: 'hook_z', the head's slice of z; 'attn_out_slice', the authors'
+    site, the slice h of the attention output after W_O and its bias replaced by zeros or
+    by head h's mean z). On the ablation engine (``scores.ablation_correct``; ``model`` a
+    Hugging Face GPT-2 from ``models.load_hf``): the logits are those of a full forward
+    with the ablation written in, bit for bit."""
+    if site not in SITES:
+        raise ValueError(f"ablation site must be one of {SITES}, not {site!r}")
+    return ablation_correct(model, batch, sets, mode, means, rows=rows, site=site)
 
 
 def weight_numel(component: Component, d_model: int, d_head: int, d_mlp: int) -> int:

@@ -50,8 +50,10 @@ def ablation_correct(
     means: dict | None = None,
     rows: int | None = None,
     reuse: bool = True,
+    site: str = "hook_z",
 ) -> torch.Tensor:
-    """Bool [len(sets), B]: exact match of every sequence with each set ablated.
+    """Bool [len(sets), B]: exact match of every sequence with each set ablated (heads at
+    ``site``, see ``engine.SITES``).
 
     Runs on :class:`selfrepair.core.engine.AblationEngine` (``model`` a Hugging Face
     GPT-2 LM from ``models.load_hf``): each set resumes from the intact model's or the
@@ -65,7 +67,7 @@ def ablation_correct(
     targets, mask = batch.targets[:, pos], batch.mask[:, pos]
     if rows is None:
         rows = 256 if batch.tokens.device.type == "cpu" else max(1, len(batch))
-    eng = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse)
+    eng = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse, site=site)
     rows_out = eng.run(batch.tokens, sets, lambda lg, r: exact_match(lg, targets[r], mask[r]), positions=pos)
     return torch.stack(rows_out)
 
