@@ -74,7 +74,7 @@ else:
     correct = {}
     for site, n in sorted(need.items()):
         sub = S.Batch(fresh.tokens[:n], fresh.targets[:n], fresh.mask[:n])
-        correct[site] = protocol.exact_match_sets(hf, sub, sets, p.ablation, means, site).cpu().numpy()
+        correct[site] = heroes.ablation_correct(hf, sub, sets, p.ablation, means, site=site).cpu().numpy()
         logging.info("site %s: %d sequences at N=%d", site, n, ood["N"])
 
     comp_frames, joint_rows = [], []
@@ -111,7 +111,7 @@ else:
             if members:
                 ind = df.set_index("component").loc[[m.name for m in members], "C"].astype(float)
                 joint_acc = float(
-                    protocol.exact_match_sets(hf, sub, [members], p.ablation, means, proto["site"]).double().mean()
+                    heroes.ablation_correct(hf, sub, [members], p.ablation, means, site=proto["site"]).double().mean()
                 )
                 row.update(mean_individual=float(ind.mean()), sum_individual=float(ind.sum()), joint=base - joint_acc)
                 row["superadditivity"] = (

@@ -123,8 +123,8 @@ def test_superadditivity_ratio_of_means_with_bootstrap():
 
 
 @pytest.mark.parametrize("mode", ["zero", "mean"])
-def test_exact_match_sets_equal_full_hooked_forwards_at_both_sites(trained_sort_folder, mode):
-    """exact_match_sets (the engine) against one full forward of the Hugging Face model
+def test_ablation_at_both_sites_equals_full_hooked_forwards(trained_sort_folder, mode):
+    """ablation_correct (the engine) at each site against one full forward of the Hugging Face model
     per set, the ablation written in by hooks: at hook_z, and at the authors' slice of the
     attention output (zeros or the head's mean z on its d_head-wide slice, after c_proj)."""
     hf = models.load_hf(trained_sort_folder)
@@ -134,7 +134,7 @@ def test_exact_match_sets_equal_full_hooked_forwards_at_both_sites(trained_sort_
     sets = [[]] + [[c] for c in comps] + [comps[:3], [comps[1], comps[0]]]
     got = {}
     for site in SITES:
-        got[site] = protocol.exact_match_sets(hf, batch, sets, mode, means, site, rows=40)
+        got[site] = heroes.ablation_correct(hf, batch, sets, mode, means, rows=40, site=site)
         for s, row in zip(sets, got[site]):
             logits = hooked_logits(hf, batch.tokens, s, mode, means, site)
             assert torch.equal(row, heroes.exact_match(logits, batch.targets, batch.mask)), (site, s)
@@ -142,8 +142,8 @@ def test_exact_match_sets_equal_full_hooked_forwards_at_both_sites(trained_sort_
     mlp_rows = [0] + [1 + i for i, c in enumerate(comps) if not c.is_head]
     assert torch.equal(got["hook_z"][mlp_rows], got["attn_out_slice"][mlp_rows])
     assert not torch.equal(got["hook_z"], got["attn_out_slice"])
-    with pytest.raises(ValueError, match="ablation site must be one of"):
-        protocol.exact_match_sets(hf, batch, sets, mode, means, "hook_attn_out")
+    with pytest.raises(ValueError, match="unknown ablation site"):
+        heroes.ablation_correct(hf, batch, sets, mode, means, site="hook_attn_out")
     assert SITES == engine.SITES  # the grid's config check and the engine name the same sites
 
 

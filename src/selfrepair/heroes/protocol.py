@@ -11,12 +11,10 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from selfrepair.core import analysis
 from selfrepair.core.components import Component
-from selfrepair.heroes.grid import BOUNDARIES, SITES
-from selfrepair.heroes.scores import ablation_correct
+from selfrepair.heroes.grid import BOUNDARIES
 
 # ---- roles ---------------------------------------------------------------------------
 
@@ -33,23 +31,6 @@ def classify(delta: float, threshold: float, boundary: str = "inclusive") -> str
     if delta > threshold:
         return "bloat"
     return "aligned"
-
-
-# ---- exact match under ablation, at either site ------------------------------------
-
-
-def exact_match_sets(
-    model, batch, sets, mode: str, means: dict | None, site: str, rows: int | None = None
-) -> torch.Tensor:
-    """Bool [len(sets), B]: exact match of every sequence with each set ablated, heads at
-    ``site`` (``SITES``: 'hook_z', the head's slice of z; 'attn_out_slice', the authors'
-    site, the slice h of the attention output after W_O and its bias replaced by zeros or
-    by head h's mean z). On the ablation engine (``scores.ablation_correct``; ``model`` a
-    Hugging Face GPT-2 from ``models.load_hf``): the logits are those of a full forward
-    with the ablation written in, bit for bit."""
-    if site not in SITES:
-        raise ValueError(f"ablation site must be one of {SITES}, not {site!r}")
-    return ablation_correct(model, batch, sets, mode, means, rows=rows, site=site)
 
 
 def weight_numel(component: Component, d_model: int, d_head: int, d_mlp: int) -> int:
