@@ -34,7 +34,7 @@ def main():
     ap.add_argument("model", nargs="?", default="results/coax/ioi/seed1/model")
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
+    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
     ap.add_argument("--protocol", default="v2")
     a = ap.parse_args()
     numerics.apply(a.numerics, a.threads)

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--model", default="results/gim/ioi/l2h4/seed0/model")
     ap.add_argument("--n", type=int, default=50, help="counterfactual pairs")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
+    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
     args = ap.parse_args()
     numerics.apply(args.numerics, args.threads)
     from selfrepair.core.models import load_bridge

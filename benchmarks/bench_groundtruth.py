@@ -12,7 +12,7 @@ The model is a randomly initialized GPT-2 of paper A's size (config.yaml's heroe
 model: 4 layers, 4 heads, d_model 128, d_mlp 512), or ``--model`` (a trained folder).
 
     .venv/bin/python benchmarks/bench_groundtruth.py [--n 500] [--length 9] [--coalitions 64]
-        [--permutations 16] [--mode mean] [--max-rows 4096 1024] [--threads 2] [--numerics portable]
+        [--permutations 16] [--mode mean] [--max-rows 4096 1024] [--threads 2] [--numerics fast]
         [--model results/heroes/sort/seed42/model] [--out results/benchmarks/groundtruth.csv]
 """
 
@@ -95,7 +95,7 @@ def main():
     )
     ap.add_argument("--reps", type=int, default=10, help="plain forwards timed before and after (median of all)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
+    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
     ap.add_argument("--out", default=None, help="also write the rows to this CSV")
     a = ap.parse_args()
     threads = numerics.apply(a.numerics, a.threads)

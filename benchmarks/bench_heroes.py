@@ -158,7 +158,7 @@ def main():
     ap.add_argument("--n-batches", type=int, default=50)
     ap.add_argument("--train-steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--numerics", choices=numerics.MODES, default="portable")
+    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
     ap.add_argument("--out", default="results/benchmarks/heroes.csv")
     ap.add_argument(
         "--reference",

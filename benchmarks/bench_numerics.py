@@ -1,17 +1,26 @@
-"""What the portable numerics mode costs, measured side by side in one run.
+"""What each numerics mode costs, measured side by side in one run.
 
 Each mode runs in a fresh process (its pins must be set before torch is imported), on
-paper A's default model size (config/config.yaml heroes.model) with the same seed and
-data: training steps/s, then the scoring of one model (G over gradient batches, C by
-mean ablation of every component over n OOD-length sequences). The modes are run in
-turns, `--repeats` times, and the ratios are of the medians. Modes:
+the default config's model sizes (config/config.yaml) with the same seeds and data:
+paper A's training steps/s and the scoring of one model (G over gradient batches, C by
+mean ablation of every component over n OOD-length sequences), then the training
+steps/s of paper B's toy IOI model and of paper C's l2h4 model. The modes are run in
+turns, `--repeats` times, and the ratios are of the medians. Setups:
 
-    portable        AVX2 kernels, 1 thread (the default)
+    exact           AVX2 kernels, MKL COMPATIBLE, 1 thread (same bits on Intel and AMD)
+    fast            AVX2 kernels, MKL AVX2 branch, 1 thread (same bits within one vendor)
     native-1        this CPU's fastest kernels, 1 thread (the cost of the pins alone)
     native-T        this CPU's fastest kernels, --threads threads (a job of config threads: T)
 
+Then the full default run's CPU time is projected per mode: each part's CPU seconds in
+results/reference/runtime.csv (measured under fast) times the ratio that fits it
+(training parts: that paper's training ratio; every other step: paper A's scoring
+ratio), written to --projection. The default mode follows from it (README "Numerics":
+exact when it costs at most 1.3x fast on the full run).
+
     .venv/bin/python benchmarks/bench_numerics.py [--steps 150] [--n 500] [--repeats 3]
         [--threads 2] [--out results/benchmarks/numerics.csv]
+        [--projection results/benchmarks/numerics_projection.csv]
 """
 
 from __future__ import annotations
@@ -73,8 +82,50 @@ def child(mode: str, threads: int, steps: int, n: int) -> dict:
         "g_seconds": g_s,
         "c_seconds": c_s,
         "C_sum": float(scores["C"].sum()),
+        "coax_steps_per_s": _coax_train_speed(steps),
+        "gim_steps_per_s": _gim_train_speed(steps),
         "numerics": numerics.record(mode),
     }
+
+
+def _config(paper: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())[paper]
+
+
+def _coax_train_speed(steps: int) -> float:
+    """Paper B: the default toy IOI model (head-dropout training), steps/s."""
+    from selfrepair.coax import ioi_experiment
+
+    c = _config("coax")["ioi"]
+    m, t = c["model"], c["train"]
+
+    def run(n):
+        ioi_experiment.train_toy(m["n_layers"], m["n_heads"], m["d_model"], m["d_mlp"], seed=1,
+                                 head_dropout=t["head_dropout"], lr=t["lr"], batch_size=t["batch_size"],
+                                 max_steps=n, eval_every=10**9)  # fmt: skip
+
+    run(5)
+    t0 = time.perf_counter()
+    run(steps)
+    return steps / (time.perf_counter() - t0)
+
+
+def _gim_train_speed(steps: int) -> float:
+    """Paper C: the default l2h4 model on the arithmetic task, steps/s."""
+    from selfrepair.gim.training import train_any
+    from selfrepair.tasks.counterfactual import get_task
+
+    c = _config("gim")
+    m = next(x for x in c["models"] if x["name"] == "l2h4")
+    m = {k: v for k, v in m.items() if k != "name"}
+    t = {**c["train"], "eval_every": 10**9, "target_accuracy": None}
+    with tempfile.TemporaryDirectory() as d:
+        train_any(get_task("arithmetic"), Path(d) / "w", device="cpu", seed=0, **m, **{**t, "max_steps": 5})
+        t0 = time.perf_counter()
+        train_any(get_task("arithmetic"), Path(d) / "m", device="cpu", seed=0, **m, **{**t, "max_steps": steps})
+        return steps / (time.perf_counter() - t0)
 
 
 def run_child(mode: str, threads: int, a) -> dict:
@@ -96,6 +147,47 @@ def run_child(mode: str, threads: int, a) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def speed_vs_fast(med):
+    """Per setup: each speed relative to the fast mode (> 1: faster than fast)."""
+    out = med.assign(scoring_seconds=med["g_seconds"] + med["c_seconds"])
+    base = out.loc["fast"]
+    out["train_speed_vs_fast"] = out["steps_per_s"] / base["steps_per_s"]
+    out["coax_train_speed_vs_fast"] = out["coax_steps_per_s"] / base["coax_steps_per_s"]
+    out["gim_train_speed_vs_fast"] = out["gim_steps_per_s"] / base["gim_steps_per_s"]
+    out["scoring_speed_vs_fast"] = base["scoring_seconds"] / out["scoring_seconds"]
+    return out
+
+
+# Which measured ratio scales which part of runtime.csv: (part, step) -> column of
+# speed_vs_fast; every step not named here scales by paper A's scoring ratio.
+TRAIN_STEPS = {
+    ("heroes", "train"): "train_speed_vs_fast",
+    ("heroes_grid", "train"): "train_speed_vs_fast",
+    ("coax", "ioi_train"): "coax_train_speed_vs_fast",
+    ("coax", "induction_train"): "coax_train_speed_vs_fast",
+    ("coax", "pruning_train"): "coax_train_speed_vs_fast",
+    ("gim", "train"): "gim_train_speed_vs_fast",
+}
+
+
+def project(runtime, speeds):
+    """The full default run's CPU seconds per part and setup: runtime.csv's (measured
+    under the fast mode) divided by the measured speed ratio that fits each step."""
+    import pandas as pd
+
+    steps = runtime[runtime["step"] != "all"]
+    rows = []
+    for setup, sp in speeds.iterrows():
+        for (part, step), r in steps.set_index(["part", "step"]).iterrows():
+            col = TRAIN_STEPS.get((part, step), "scoring_speed_vs_fast")
+            rows.append({"setup": setup, "part": part, "step": step, "ratio_from": col,
+                         "cpu_s_fast": r["cpu_s"], "cpu_s": r["cpu_s"] / sp[col]})  # fmt: skip
+    per = pd.DataFrame(rows)
+    tot = per.groupby("setup", sort=False)[["cpu_s_fast", "cpu_s"]].sum().reset_index()
+    tot = tot.assign(part="all", step="all", ratio_from="", cost_vs_fast=tot["cpu_s"] / tot["cpu_s_fast"])
+    return pd.concat([per, tot], ignore_index=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=150, help="timed training steps")
@@ -103,6 +195,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="threads of the native-T mode")
     ap.add_argument("--out", default="results/benchmarks/numerics.csv")
+    ap.add_argument("--projection", default="results/benchmarks/numerics_projection.csv")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -110,31 +203,34 @@ def main():
         return
     import pandas as pd
 
-    setups = [("portable", "portable", 1), ("native-1", "native", 1), (f"native-{a.threads}", "native", a.threads)]
+    setups = [("exact", "exact", 1), ("fast", "fast", 1), ("native-1", "native", 1),
+              (f"native-{a.threads}", "native", a.threads)]  # fmt: skip
     rows = []
     for rep in range(a.repeats):
         for name, mode, threads in setups:
             r = run_child(mode, threads, a)
             rows.append({"setup": name, "repeat": rep, "steps_per_s": r["steps_per_s"], "g_seconds": r["g_seconds"],
-                         "c_seconds": r["c_seconds"], "C_sum": r["C_sum"], "aten": r["numerics"]["aten_capability"],
-                         "threads": r["numerics"]["threads"], "cpu": r["numerics"]["cpu"]})  # fmt: skip
+                         "c_seconds": r["c_seconds"], "coax_steps_per_s": r["coax_steps_per_s"],
+                         "gim_steps_per_s": r["gim_steps_per_s"], "C_sum": r["C_sum"],
+                         "aten": r["numerics"]["aten_capability"], "threads": r["numerics"]["threads"],
+                         "cpu": r["numerics"]["cpu"], "cpu_vendor": r["numerics"]["cpu_vendor"]})  # fmt: skip
             print(rows[-1], flush=True)
     raw = pd.DataFrame(rows)
-    med = raw.groupby("setup", sort=False)[["steps_per_s", "g_seconds", "c_seconds"]].median()
-    base = med.loc["portable"]
-    out = med.assign(
-        train_speed_vs_portable=med["steps_per_s"] / base["steps_per_s"],
-        scoring_seconds=med["g_seconds"] + med["c_seconds"],
-    )
-    out["scoring_speed_vs_portable"] = (base["g_seconds"] + base["c_seconds"]) / out["scoring_seconds"]
+    speeds = ["steps_per_s", "coax_steps_per_s", "gim_steps_per_s"]
+    med = raw.groupby("setup", sort=False)[[*speeds, "g_seconds", "c_seconds"]].median()
+    out = speed_vs_fast(med)
     out = out.reset_index().assign(
         aten=raw.groupby("setup", sort=False)["aten"].first().values,
         threads=raw.groupby("setup", sort=False)["threads"].first().values,
-        repeats=a.repeats, steps=a.steps, n=a.n, cpu=rows[0]["cpu"],
+        repeats=a.repeats, steps=a.steps, n=a.n, cpu=rows[0]["cpu"], cpu_vendor=rows[0]["cpu_vendor"],
     )  # fmt: skip
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(a.out, index=False)
     print(out.to_string(index=False))
+    runtime = pd.read_csv(ROOT / "results" / "reference" / "runtime.csv")
+    proj = project(runtime, out.set_index("setup"))
+    proj.to_csv(a.projection, index=False)
+    print(proj.to_string(index=False))
 
 
 if __name__ == "__main__":

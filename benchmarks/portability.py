@@ -1,4 +1,6 @@
-"""Do the portable numerics give the same bits on another machine? The check on one machine.
+"""Does a pinned numerics mode give the same bits under another machine's settings? The
+check on one machine (across CPU vendors: benchmarks/fingerprint.py and the golden
+training test).
 
 Runs paper A's tiny configuration (config/test.yaml, training and scoring) twice from
 scratch, in two temporary folders, side by side:
@@ -8,11 +10,11 @@ scratch, in two temporary folders, side by side:
              library asked for its newest kernels (ATen AVX-512, MKL AUTO, oneDNN AMX,
              numpy's AVX-512 loops), 2 OpenMP threads, config threads 2, --cores 1
 
-both under `numerics: portable` (or the modes given). Then every file the two runs wrote
+both under `numerics: fast` (or the modes given). Then every file the two runs wrote
 is compared byte for byte, CSV tables value by value and JSON files without their wall
 times, and each difference is listed with what differs and by how much.
 
-    .venv/bin/python benchmarks/portability.py [--numerics portable|native]
+    .venv/bin/python benchmarks/portability.py [--numerics exact|fast|native]
         [--other-numerics MODE] [--fixed-weights] [--papers heroes] [--out results/benchmarks/portability.csv]
 
 --other-numerics native --fixed-weights: both runs score the committed checkpoints of
@@ -33,7 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from selfrepair.core.numerics import OTHER_CPU_ENV as OTHER  # noqa: E402  imports no torch
+from selfrepair.core.numerics import DEFAULT_MODE, MODES  # noqa: E402  imports no torch
+from selfrepair.core.numerics import OTHER_CPU_ENV as OTHER  # noqa: E402
 
 # Columns that hold wall times: expected to differ between any two runs.
 TIME_FIELDS = {"seconds", "train_seconds", "wall_s", "s", "time"}
@@ -106,10 +109,8 @@ def compare_json(a: Path, b: Path) -> list[dict]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--numerics", choices=["portable", "native"], default="portable")
-    ap.add_argument(
-        "--other-numerics", choices=["portable", "native"], help="the second run's mode (default: --numerics)"
-    )
+    ap.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE)
+    ap.add_argument("--other-numerics", choices=MODES, help="the second run's mode (default: --numerics)")
     ap.add_argument("--fixed-weights", action="store_true", help="score the committed tiny checkpoints, no training")
     ap.add_argument("--papers", default="heroes", help="comma-separated papers of the tiny config")
     ap.add_argument("--out", default="results/benchmarks/portability.csv")

@@ -8,6 +8,8 @@ import yaml
 from snakemake.utils import validate
 
 SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
+_sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from selfrepair.core import numerics as _numerics  # noqa: E402  imports no torch
 
 
 def check_config(section, schema_name, where):
@@ -33,6 +35,10 @@ def check_config(section, schema_name, where):
     validate(section, str(SCHEMAS / schema_name))
 
 
+if config.get("numerics") in _numerics.RENAMED:
+    raise WorkflowError(
+        f"invalid config:\n  numerics: {_numerics.RENAMED[config['numerics']]}"
+    )
 check_config(config, "config.schema.yaml", "")
 for _paper in ("heroes", "coax", "gim", "groundtruth"):
     if (SCHEMAS / f"{_paper}.schema.yaml").exists():
@@ -40,8 +46,6 @@ for _paper in ("heroes", "coax", "gim", "groundtruth"):
         check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
 
 SRC = Path(workflow.basedir) / "src" / "selfrepair"
-_sys.path.insert(0, str(SRC.parent))
-from selfrepair.core import numerics as _numerics  # noqa: E402  imports no torch
 from selfrepair.core.runtime import cuda_available as _cuda_available  # noqa: E402
 
 PAPERS = list(config["papers"])
@@ -49,7 +53,7 @@ DEVICE = config["device"]
 
 # The numerics mode (src/selfrepair/core/numerics.py): its pins go into this process's
 # environment, which every job inherits (locally and on a cluster node, where the job
-# parses this file again), before any job imports torch. Portable jobs run one thread.
+# parses this file again), before any job imports torch. Pinned modes run one thread.
 NUMERICS = config["numerics"]
 _numerics.configure(NUMERICS, config["threads"])
 COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])

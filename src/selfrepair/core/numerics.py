@@ -1,21 +1,30 @@
 """Numerics modes: how far a float result may depend on the machine that computed it.
 
-Float results on a CPU depend on the instruction set that each math library dispatches
-to (ATen's vectorized kernels, MKL's BLAS, oneDNN, numpy's SIMD loops) and on the
-number of threads (parallel reductions split differently). Two modes:
+Float results on a CPU depend on the code path each math library dispatches to (ATen's
+vectorized kernels, MKL's BLAS and vector math, oneDNN, numpy's SIMD loops), and MKL
+picks its path by CPU vendor as well as by instruction set: its AVX2 reproducibility
+branch exists on Intel CPUs only (an AMD CPU silently runs another one). The thread
+count matters too (parallel reductions split differently). Three modes:
 
-``portable`` (the default for CPU runs)
-    Every library is pinned to its AVX2 code path and each compute job runs on one
-    thread (parallelism comes from running jobs side by side). Any x86-64 CPU with AVX2
-    then runs the same kernels in the same order, so training and scoring give the same
-    bits whatever the CPU's newest instruction set (AVX-512, AMX) or the ``--cores``.
-    The pins are environment variables that the libraries read when they load, so they
-    must be set before torch (or numpy) is imported: :func:`configure` does that, and
-    :func:`check` verifies afterwards that the pin took effect.
+``exact``
+    Every library pinned as in ``fast``, but MKL on its ``COMPATIBLE`` branch, the one
+    branch MKL documents as giving the same results on Intel and compatible CPUs. Each
+    compute job runs one thread. The same bits on any x86-64 CPU with AVX2 and FMA,
+    whatever its vendor, its newest instruction set or the ``--cores``. Slower: MKL's
+    compatible GEMM is a generic kernel (``benchmarks/bench_modes.py`` measures the cost).
+
+``fast``
+    Every library pinned to its AVX2 code path (MKL ``AVX2,STRICT``), one thread per job.
+    The same bits on CPUs that take the same MKL path: in practice CPUs of one vendor
+    (every record says which vendor wrote it).
 
 ``native``
     Each library takes the fastest kernels of this CPU and a job uses the configured
     threads. Results are deterministic on one machine but may move on another.
+
+The pins are environment variables that the libraries read when they load, so they must
+be set before torch (or numpy) is imported: :func:`configure` does that, and
+:func:`check` verifies afterwards that the pins took effect.
 
 CUDA runs are never bit-portable (kernels differ across GPUs, drivers and library
 versions); :func:`record` says so.
@@ -30,21 +39,43 @@ import os
 import platform
 import sys
 
-MODES = ("portable", "native")
+MODES = ("exact", "fast", "native")
+PINNED_MODES = ("exact", "fast")
+# The default of config/config.yaml and the tools, chosen by a measured rule (README
+# "Numerics"): exact when it costs at most 1.3x the fast mode on the full default run.
+DEFAULT_MODE = "fast"
+# Names that earlier versions accepted, and what to use instead.
+RENAMED = {
+    "portable": "'portable' was split in two: 'fast' is the old portable mode (AVX2 kernels, the same "
+    "bits within one CPU vendor), 'exact' gives the same bits on Intel and AMD (MKL's COMPATIBLE branch)",
+}
 
-# What `portable` pins, and to what. Read by each library when it loads.
-PINS = {
+# The pins every pinned mode shares. Read by each library when it loads.
+_COMMON_PINS = {
     "ATEN_CPU_CAPABILITY": "avx2",  # ATen's vectorized CPU kernels (default|avx2|avx512)
-    "MKL_CBWR": "AVX2,STRICT",  # MKL conditional numerical reproducibility: AVX2 path
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # MKL: never dispatch above AVX2
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (mkldnn) kernels
     "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",  # numpy's SIMD loops at AVX2
 }
+# What each pinned mode pins, and to what. MKL_CBWR is MKL's conditional numerical
+# reproducibility branch: AVX2 exists only on Intel CPUs (elsewhere MKL runs its AUTO
+# branch instead); COMPATIBLE is the same code on every x86-64 vendor.
+MODE_PINS = {
+    "exact": {**_COMMON_PINS, "MKL_CBWR": "COMPATIBLE"},
+    "fast": {**_COMMON_PINS, "MKL_CBWR": "AVX2,STRICT"},
+}
+PIN_VARS = tuple(MODE_PINS["exact"])
 # Thread pools that the libraries size from the environment when they start.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-PORTABLE_THREADS = 1
+PINNED_THREADS = 1
 # ATen's name for the pinned capability, as torch.backends.cpu.get_cpu_capability() says it.
-PORTABLE_CAPABILITY = "AVX2"
+PINNED_CAPABILITY = "AVX2"
+# What each mode promises, in words (stored with every result).
+SAME_BITS_ON = {
+    "exact": "any x86-64 CPU with AVX2 and FMA (Intel or AMD)",
+    "fast": "x86-64 CPUs with AVX2 and FMA of the same vendor ({vendor})",
+    "native": "this machine only",
+}
 
 
 # What an unpinned run on another CPU, set up by another user, would ask for: every
@@ -65,9 +96,16 @@ class NumericsError(RuntimeError):
 
 
 def check_mode(mode: str) -> str:
+    if mode in RENAMED:
+        raise ValueError(f"numerics mode {mode!r} is no longer accepted: {RENAMED[mode]}")
     if mode not in MODES:
         raise ValueError(f"numerics mode must be one of {MODES}, got {mode!r}")
     return mode
+
+
+def pins(mode: str) -> dict:
+    """The environment pins of ``mode`` ({} for native)."""
+    return dict(MODE_PINS.get(check_mode(mode), {}))
 
 
 def environment(mode: str, threads: int | None = None, base: dict | None = None) -> dict:
@@ -75,12 +113,12 @@ def environment(mode: str, threads: int | None = None, base: dict | None = None)
     by default ``os.environ``, with the pins set or removed)."""
     check_mode(mode)
     env = dict(os.environ if base is None else base)
-    if mode == "portable":
-        env.update(PINS)
-        n = PORTABLE_THREADS
-    else:  # remove this module's pins (inherited from a portable parent), keep others'
-        for k, v in PINS.items():
-            if env.get(k) == v:
+    if mode in PINNED_MODES:
+        env.update(MODE_PINS[mode])
+        n = PINNED_THREADS
+    else:  # remove the pinned modes' pins (inherited from a pinned parent), keep others'
+        for k in PIN_VARS:
+            if env.get(k) in {p[k] for p in MODE_PINS.values()}:
                 del env[k]
         n = threads
     if n is not None:
@@ -97,13 +135,13 @@ def configure(mode: str, threads: int | None = None) -> None:
     other pins: its kernels are chosen at load time and cannot be changed afterwards.
     """
     env = environment(mode, threads)
-    changed = [k for k in PINS if os.environ.get(k) != env.get(k)]
+    changed = [k for k in PIN_VARS if os.environ.get(k) != env.get(k)]
     if "torch" in sys.modules and changed:
         raise NumericsError(
             f"numerics mode {mode!r} set after torch was imported (changes {', '.join(changed)}): "
             "call selfrepair.core.numerics.configure() before importing torch"
         )
-    for k in (*PINS, *THREAD_VARS):
+    for k in (*PIN_VARS, *THREAD_VARS):
         if k in env:
             os.environ[k] = env[k]
         else:
@@ -111,31 +149,34 @@ def configure(mode: str, threads: int | None = None) -> None:
 
 
 def job_threads(mode: str, threads: int) -> int:
-    """Threads of one compute job: fixed in portable mode, the configured ones in native."""
-    return PORTABLE_THREADS if check_mode(mode) == "portable" else max(1, int(threads))
+    """Threads of one compute job: fixed in the pinned modes, the configured ones in native."""
+    return PINNED_THREADS if check_mode(mode) in PINNED_MODES else max(1, int(threads))
+
+
+def _cpuinfo(key: str) -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (Linux), empty where they cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set((_cpuinfo("flags") or "").split())
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_vendor() -> str:
+    """The CPU vendor as the CPU names itself (GenuineIntel, AuthenticAMD, ...), or the
+    machine architecture where /proc/cpuinfo has no vendor."""
+    return _cpuinfo("vendor_id") or platform.machine() or "unknown"
 
 
 def can_pin() -> bool:
@@ -146,7 +187,7 @@ def can_pin() -> bool:
 def apply(mode: str, threads: int, device: str = "cpu") -> int:
     """In a process that has imported torch: verify the pins, set torch's threads.
 
-    Returns the thread count in force. Raises :class:`NumericsError` in portable mode
+    Returns the thread count in force. Raises :class:`NumericsError` in a pinned mode
     when the pins are missing (the process was started without :func:`configure`).
     """
     import torch
@@ -163,24 +204,32 @@ def check(mode: str) -> None:
     """Raise :class:`NumericsError` when ``mode`` is not in force in this process."""
     import torch
 
-    if check_mode(mode) != "portable":
+    if check_mode(mode) not in PINNED_MODES:
         return
-    missing = {k: os.environ.get(k) for k in PINS if os.environ.get(k) != PINS[k]}
+    want = MODE_PINS[mode]
+    missing = {k: os.environ.get(k) for k in want if os.environ.get(k) != want[k]}
     if missing:
         raise NumericsError(
-            f"numerics: portable mode needs {', '.join(f'{k}={PINS[k]}' for k in missing)} "
+            f"numerics: {mode} mode needs {', '.join(f'{k}={want[k]}' for k in missing)} "
             "in the environment before torch is imported (selfrepair.core.numerics.configure)"
         )
     cap = torch.backends.cpu.get_cpu_capability()
-    if can_pin() and cap != PORTABLE_CAPABILITY:
+    if can_pin() and cap != PINNED_CAPABILITY:
         raise NumericsError(
-            f"numerics: portable mode expects ATen capability {PORTABLE_CAPABILITY}, torch runs {cap}: "
+            f"numerics: {mode} mode expects ATen capability {PINNED_CAPABILITY}, torch runs {cap}: "
             "torch was imported before the pins were set"
         )
-    if torch.get_num_threads() != PORTABLE_THREADS:
-        raise NumericsError(
-            f"numerics: portable mode runs {PORTABLE_THREADS} thread, torch has {torch.get_num_threads()}"
-        )
+    if torch.get_num_threads() != PINNED_THREADS:
+        raise NumericsError(f"numerics: {mode} mode runs {PINNED_THREADS} thread, torch has {torch.get_num_threads()}")
+
+
+def same_bits_on(mode: str, device: str = "cpu", pinned: bool = True) -> str:
+    """Where another machine gets the same bits back, in words."""
+    if device != "cpu":
+        return f"not guaranteed ({device} kernels differ across GPUs, drivers and library versions)"
+    if mode in PINNED_MODES and not pinned:
+        return "this machine only (this CPU lacks AVX2/FMA: the pinned kernels cannot run here)"
+    return SAME_BITS_ON[mode].format(vendor=cpu_vendor())
 
 
 def record(mode: str, device: str = "cpu") -> dict:
@@ -188,33 +237,26 @@ def record(mode: str, device: str = "cpu") -> dict:
     import torch
 
     cap = torch.backends.cpu.get_cpu_capability()
-    portable = mode == "portable" and device == "cpu" and can_pin() and cap == PORTABLE_CAPABILITY
-    if device != "cpu":
-        why = f"{device} kernels are not bit-portable"
-    elif mode != "portable":
-        why = "native kernels of this CPU"
-    elif not portable:
-        why = "this CPU lacks AVX2/FMA: the pinned kernels cannot run here"
-    else:
-        why = "AVX2 kernels, one thread"
+    pinned = mode in PINNED_MODES and device == "cpu" and can_pin() and cap == PINNED_CAPABILITY
     return {
         "mode": mode,
-        "bit_portable": bool(portable),
-        "why": why,
+        "pinned": bool(pinned),
+        "same_bits_on": same_bits_on(mode, device, pinned),
         "device": device,
         "threads": torch.get_num_threads(),
         "aten_capability": cap,
-        "pins": {k: os.environ.get(k) for k in PINS},
+        "pins": {k: os.environ.get(k) for k in PIN_VARS},
         "cpu": cpu_model(),
+        "cpu_vendor": cpu_vendor(),
         "torch": torch.__version__,
     }
 
 
-def configure_from_argv(argv: list[str], default: str = "portable") -> str:
+def configure_from_argv(argv: list[str], default: str | None = None) -> str:
     """For command-line tools: read ``--numerics MODE`` (or ``--numerics=MODE``) from
     ``argv`` without consuming it, and :func:`configure` it, before torch is imported.
     The tool's own argument parser declares the same option for its help text."""
-    mode = default
+    mode = default or DEFAULT_MODE
     for i, arg in enumerate(argv):
         if arg == "--numerics" and i + 1 < len(argv):
             mode = argv[i + 1]

@@ -180,6 +180,7 @@ NAMES = (
     "portability",
     "portability_native_scoring",
     "benchmark_numerics",
+    "benchmark_numerics_projection",
     "heroes_grid_claims",
     "heroes_grid_superadditivity",
     "runtime",
@@ -241,11 +242,17 @@ def blocks() -> dict[str, str]:
             "aten",
             "threads",
             "steps_per_s",
-            "train_speed_vs_portable",
+            "train_speed_vs_fast",
+            "coax_train_speed_vs_fast",
+            "gim_train_speed_vs_fast",
             "scoring_seconds",
-            "scoring_speed_vs_portable",
+            "scoring_speed_vs_fast",
         ]
         out["benchmark_numerics"] = _plain(pd.read_csv(f)[cols])
+    f = REFERENCE / "benchmark_numerics_projection.csv"
+    if f.exists():
+        pr = pd.read_csv(f)
+        out["benchmark_numerics_projection"] = _plain(pr[pr["part"] == "all"][["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]])
     f = REFERENCE / "heroes_grid_claims.csv"
     if f.exists():
         out["heroes_grid_claims"] = grid_claims_markdown(pd.read_csv(f))
