@@ -2,8 +2,11 @@
 
 ``reproduced_stable``: for the role-count claims, the same count over stable roles only
 (roles kept in at least heroes.roles.stable_share of the resamples of the evaluation
-sequences), beside ``reproduced`` (all roles). rho claims carry their bootstrap CI
-(``ci_low``/``ci_high``), which decides reproduced / differs / fragile."""
+sequences), beside ``reproduced`` (all roles). Every numeric claim carries a 95% bootstrap
+CI over seeds (``ci_low``/``ci_high``; the per-seed rho claims over resampled evaluation
+sequences), which decides reproduced / differs / fragile; the role counts and G per layer
+take theirs from the per-seed components table, the redundancy claims from
+redundancy_summary's CI columns (tables.measured_claims)."""
 
 import pandas as pd
 
@@ -24,6 +27,7 @@ measured = T.measured_claims(
     pd.read_csv(i.attention),
     p.threshold,
     p.thresholds,
+    components=pd.read_csv(i.components),
 )
 table = published.compare("heroes", published.load_claims(i.claims, "heroes"), measured)
 stable = T.stable_claims(pd.read_csv(i.roles_by_layer), pd.read_csv(i.role_stability), p.threshold)

@@ -347,4 +347,4 @@ def test_heroes_tables_count_stable_roles_beside_all_roles():
         0.4,
     )
     assert isinstance(m["rho_sort"], Measured) and m["rho_sort"].value == pytest.approx(0.1)
-    assert "stable roles only: 3" in m["sort_layer1_bloats"][1]
+    assert "stable roles only: 3" in m["sort_layer1_bloats"].note

@@ -329,6 +329,7 @@ rule heroes_published:
         gradient_by_layer=f"{H_TABLES}/gradient_by_layer.csv",
         redundancy_summary=f"{H_TABLES}/redundancy_summary.csv",
         attention=f"{H_TABLES}/attention.csv",
+        components=f"{H_TABLES}/components.csv",  # per seed: the role counts' and G's CIs over seeds
     output:
         csv=report(
             "results/published/heroes.csv",
@@ -344,6 +345,6 @@ rule heroes_published:
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
         protocol=H_PROTOCOL,
-        code=code_hash("heroes/tables", "core/published"),
+        code=code_hash("heroes/tables", "core/published", "core/analysis"),
     script:
         "../../scripts/heroes_published.py"

@@ -69,3 +69,25 @@ def bootstrap_ci(
     means = v[rng.integers(0, len(v), (n_boot, len(v)))].mean(1)
     lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(lo), float(hi)
+
+
+def bootstrap_stat(rows, fn, n_boot: int = 10000, level: float = 0.95, seed: int = 0) -> tuple[float, float, int]:
+    """Percentile bootstrap interval of a statistic of resampled rows: (lo, hi, undefined).
+
+    ``rows``: one entry per unit (a seed), a number or a vector of numbers (shape [n] or
+    [n, k]). Each resample draws n rows with replacement, with the same draws as
+    ``bootstrap_ci`` (so ``fn=lambda r: r.mean(1)`` gives its interval); ``fn`` maps the
+    stacked resamples [n_boot, n, ...] to one value per resample [n_boot], NaN where the
+    statistic is undefined on that resample (e.g. a ratio whose denominator is <= 0).
+    Undefined resamples are left out of the percentiles and counted in ``undefined``; NaN
+    bounds when fewer than 2 rows or no resample is defined."""
+    r = np.asarray(rows, float)
+    if r.ndim == 0 or len(r) < 2:
+        return float("nan"), float("nan"), 0
+    rng = np.random.default_rng(seed)
+    stat = np.asarray(fn(r[rng.integers(0, len(r), (n_boot, len(r)))]), float)
+    ok = ~np.isnan(stat)
+    if not ok.any():
+        return float("nan"), float("nan"), int(n_boot)
+    lo, hi = np.quantile(stat[ok], [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi), int(n_boot - ok.sum())

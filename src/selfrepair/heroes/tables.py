@@ -43,7 +43,7 @@ def seeds_table(roles: pd.DataFrame, ood: list[dict], train: list[dict], redunda
             # how the model's floats came about (src/selfrepair/core/numerics.py); absent in
             # models trained before the numerics mode existed
             "numerics": tr.get("numerics", {}).get("mode", "unrecorded"),
-            "bit_portable": tr.get("numerics", {}).get("bit_portable", False),
+            "cpu_vendor": tr.get("numerics", {}).get("cpu_vendor", "unrecorded"),
         }
         if info["status"] == "kept":
             row.update(
@@ -169,9 +169,53 @@ def redundancy_summary(redundancy: pd.DataFrame) -> pd.DataFrame:
                 "joint_over_sum": float(joint.sum() / si.sum()) if si.sum() > 0 else np.nan,
                 "joint_over_mean_individual": float(joint.mean() / mi.mean()) if mi.mean() > 0 else np.nan,
                 "superadditive_seeds": int((joint > si).sum()),
+                **_redundancy_cis(joint.to_numpy(), mi.to_numpy()),
             }
         )
     return pd.DataFrame(rows)
+
+
+def ratio_of_means(r: np.ndarray) -> np.ndarray:
+    """Per resample [n_boot, n, 2]: mean of column 0 over mean of column 1; NaN where the
+    denominator's mean is <= 0 (no ratio)."""
+    num, den = r[..., 0].mean(1), r[..., 1].mean(1)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _redundancy_cis(joint: np.ndarray, mi: np.ndarray) -> dict:
+    """95% percentile bootstrap CIs over seeds of redundancy_summary's means and of the
+    superadditivity (joint drop mean / mean individual drop mean, seeds resampled and the
+    ratio recomputed; resamples whose denominator is <= 0 counted as undefined)."""
+    out = {}
+    for name, v in (("mean_individual_drop", mi), ("joint_drop", joint)):
+        out[f"{name}_ci_lo"], out[f"{name}_ci_hi"] = analysis.bootstrap_ci(v)
+    pairs = np.column_stack([joint, mi])
+    pairs = pairs[~np.isnan(pairs).any(1)]
+    lo, hi, undefined = analysis.bootstrap_stat(pairs, ratio_of_means)
+    out.update(
+        joint_over_mean_individual_ci_lo=lo,
+        joint_over_mean_individual_ci_hi=hi,
+        joint_over_mean_individual_undefined=undefined,
+    )
+    return out
+
+
+N_BOOT = 10000  # analysis.bootstrap_ci / bootstrap_stat's default, named in the notes
+
+
+def _ci_text(lo: float, hi: float, n: int, fmt: str = ".1f") -> str:
+    if np.isnan(lo) or np.isnan(hi):
+        return f"no CI ({n} seed{'s' if n != 1 else ''}: a bootstrap over seeds needs 2)"
+    return f"95% CI [{lo:{fmt}}, {hi:{fmt}}] (bootstrap over {n} seeds)"
+
+
+def _claim_ci(value: float, note: str, per_seed, fn, fmt: str = ".1f") -> Measured:
+    """A claim's value with the percentile bootstrap CI over seeds of ``fn`` of the
+    per-seed rows (None: no per-seed table, no CI)."""
+    if per_seed is None:
+        return Measured(value, note=f"{note}; no CI (no per-seed table)")
+    lo, hi, _ = analysis.bootstrap_stat(per_seed, fn)
+    return Measured(value, lo, hi, f"{note}, {_ci_text(lo, hi, len(per_seed), fmt)}")
 
 
 def measured_claims(
@@ -184,9 +228,27 @@ def measured_claims(
     attention: pd.DataFrame,
     threshold: float,
     thresholds,
+    components: pd.DataFrame | None = None,
 ) -> dict:
-    """Map claim ids of config/published.yaml (section heroes) to measured values."""
+    """Map claim ids of config/published.yaml (section heroes) to measured values.
+
+    Every numeric claim is a ``Measured`` with a 95% percentile bootstrap CI over seeds
+    (models), so that a claim resting on which roles each seed's model happens to have is
+    'fragile' rather than flipping between reproduced and differs: the rho claims from
+    ``rho`` (and per seed, over resampled evaluation sequences), the redundancy claims from
+    ``red``'s CI columns (redundancy_summary), the role counts and G per layer from the
+    per-seed ``components`` (components.csv: roles of every component of every seed; None:
+    those claims carry no CI)."""
     out: dict = {}
+    comps = None
+    if components is not None and not components.empty and "status" in components:
+        comps = components[(components["status"] == "kept") & (components["task"] == "sort")]
+
+    def per_seed(rows: pd.DataFrame, value: pd.Series) -> np.ndarray | None:
+        """``value`` summed per kept sorting seed (every kept seed, zeros included)."""
+        if comps is None:
+            return None
+        return value.groupby(rows["seed"]).sum().reindex(comps["seed"].unique(), fill_value=0).to_numpy(float)
 
     for task in ("reverse", "sort"):
         r = rho[(rho["task"] == task) & (rho["measure"] == "rho")]
@@ -223,13 +285,20 @@ def measured_claims(
         n_kept = int((seeds[(seeds["task"] == "sort")]["status"] == "kept").sum())
         note = f"{n_kept} kept sorting seeds, threshold {threshold:g}"
 
-        def stable_note(col, layer):
-            if f"{col}_stable" not in bl:
-                return note
-            return f"{note}; stable roles only: {int(bl[f'{col}_stable'].get(layer, 0))}"
+        def layer_count(col, layer):
+            # per seed: its count of `col` roles in `layer`; a resample's statistic is the
+            # sum over its seeds (the claim's scale: the count summed over kept seeds)
+            rows = None
+            if comps is not None:
+                hit = (comps[f"role_t{threshold:g}"] == col) & (comps["layer"] == layer)
+                rows = per_seed(comps, hit.astype(float))
+            m = _claim_ci(float(bl[col].get(layer, 0)), note, rows, lambda r: r.sum(1))
+            if f"{col}_stable" in bl:
+                m.note += f"; stable roles only: {int(bl[f'{col}_stable'].get(layer, 0))}"
+            return m
 
-        out["sort_layer1_bloats"] = (float(bl["bloat"].get(1, 0)), stable_note("bloat", 1))
-        out["sort_layer3_heroes"] = (float(bl["hero"].get(3, 0)), stable_note("hero", 3))
+        out["sort_layer1_bloats"] = layer_count("bloat", 1)
+        out["sort_layer3_heroes"] = layer_count("hero", 3)
         checks = []
         for t in thresholds:
             b = by_layer[(by_layer["task"] == "sort") & (by_layer["threshold"] == t)].set_index("layer")
@@ -251,9 +320,14 @@ def measured_claims(
                 return NotRun(f"{comp} not in this model")
             r = st.loc[comp]
             note = f"{int(r[col])}/{int(r['n_seeds'])} kept seeds, scaled to 10"
+            rows = None
+            if comps is not None:
+                c = comps[comps["component"] == comp]
+                rows = (c["role"] == col).to_numpy(float)  # one row per kept seed: 0/1
+            m = _claim_ci(float(r[col]) / float(r["n_seeds"]) * 10, note, rows, lambda x: 10 * x.mean(1))
             if f"{col}_stable" in r.index:
-                note += f"; stable {col} in {int(r[f'{col}_stable'])}/{int(r['n_seeds'])}"
-            return (float(r[col]) / float(r["n_seeds"]) * 10, note)
+                m.note += f"; stable {col} in {int(r[f'{col}_stable'])}/{int(r['n_seeds'])}"
+            return m
 
         out["sort_L3H3_hero"] = frac("L3H3", "hero")
         out["sort_L1H1_bloat"] = frac("L1H1", "bloat")
@@ -264,10 +338,28 @@ def measured_claims(
         if rs is None or (task, group) not in rs.index:
             return NotRun(f"no {'heroes' if group == 'hero' else 'bloats'} found in kept {task} seeds")
         r = rs.loc[(task, group)]
-        note = f"{int(r['n_seeds'])} seeds with {'heroes' if group == 'hero' else 'bloats'}"
-        if col == "joint_drop" and r["n_seeds"] > 1:
+        n = int(r["n_seeds"])
+        note = f"{n} seeds with {'heroes' if group == 'hero' else 'bloats'}"
+        if col == "joint_drop" and n > 1:
             note += f", sd {scale * float(r['joint_drop_sd']):.1f}"
-        return (sign * scale * float(r[col]), note)
+        if np.isnan(float(r[col])):
+            if col == "joint_over_mean_individual":
+                return NotRun(
+                    f"undefined: the mean individual drop over the {note} is "
+                    f"{100 * float(r['mean_individual_drop']):.2f} points (<= 0), so joint / mean individual has no value"
+                )
+            return NotRun(f"no value ({note})")
+        if f"{col}_ci_lo" not in r.index:  # a table from before the CIs over seeds
+            return Measured(sign * scale * float(r[col]), note=f"{note}; no CI (no per-seed table)")
+        lo, hi = sorted((sign * scale * float(r[f"{col}_ci_lo"]), sign * scale * float(r[f"{col}_ci_hi"])))
+        note += f", {_ci_text(lo, hi, n)}"
+        if col == "joint_over_mean_individual" and not np.isnan(lo):
+            undefined = int(r.get("joint_over_mean_individual_undefined", 0))
+            note += (
+                f": the ratio of the resampled means, {undefined} of {N_BOOT} resamples undefined "
+                "(mean individual drop <= 0) left out"
+            )
+        return Measured(sign * scale * float(r[col]), lo, hi, note)
 
     out["bloat_individual_drop_pct"] = red_of("sort", "bloat", "mean_individual_drop")
     out["bloat_joint_drop_pct"] = red_of("sort", "bloat", "joint_drop")
@@ -278,8 +370,25 @@ def measured_claims(
     if gl.empty:
         out["sort_grad_layer1"] = out["sort_grad_layer3"] = NotRun("no kept sorting seed")
     else:
-        out["sort_grad_layer1"] = float(gl.loc[1, "G_mean"]) if 1 in gl.index else NotRun("no layer 1")
-        out["sort_grad_layer3"] = float(gl.loc[3, "G_mean"]) if 3 in gl.index else NotRun("no layer 3")
+
+        def grad(layer):
+            if layer not in gl.index:
+                return NotRun(f"no layer {layer}")
+            rows = None
+            if comps is not None:
+                in_layer = comps["layer"] == layer
+                # per seed: (sum of G, number of components) in the layer; a resample's
+                # statistic is the mean G over its seeds' components, as gradient_by_layer
+                rows = np.column_stack(
+                    [per_seed(comps, comps["G"].where(in_layer, 0.0)), per_seed(comps, in_layer.astype(float))]
+                )
+            note = f"mean G over {int(gl.loc[layer, 'n'])} (seed, component) rows of layer {layer}"
+            return _claim_ci(
+                float(gl.loc[layer, "G_mean"]), note, rows, lambda r: r[..., 0].sum(1) / r[..., 1].sum(1), ".3g"
+            )
+
+        out["sort_grad_layer1"] = grad(1)
+        out["sort_grad_layer3"] = grad(3)
     att = attention.dropna(subset=["role"])
     h = att[att["role"] == "hero"]
     b = att[att["role"] == "bloat"]
