@@ -3,7 +3,6 @@ forward of the Hugging Face model with the ablation written into it by hooks, th
 TransformerBridge's own ablation path (interventions.run_ablated), its caches (means,
 attention patterns) and its gradient norms."""
 
-import os
 import random
 
 import pytest
@@ -15,14 +14,15 @@ from selfrepair.core import components as C
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import sequences as S
 
-NUMERICS = os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable")
-
 
 def same(a, b):
-    """Bit for bit under the portable numerics (pinned kernels); to rounding otherwise."""
-    if NUMERICS == "portable":
-        return torch.equal(a, b)
-    return torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+    """Equal to float32 rounding. The engine runs the model's own operations, but on other
+    shapes than one full forward (chunks of rows; with ``positions``, the last layer on a
+    slice of the sequence), and a GEMM may pick another kernel, or sum in another order,
+    for another shape: bit for bit on some MKL branches, not on all (MKL's compatible
+    branch moved the logits by 9e-8, max |logit| 0.44). Tolerance 1e-5 of the largest
+    logit (~50x that), while the smallest ablation here moves the logits by 0.04."""
+    return torch.allclose(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
 
 
 @pytest.fixture(scope="module")
