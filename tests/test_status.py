@@ -198,3 +198,80 @@ def test_default_target_counts_on_a_dry_run_state(tmp_path):
     assert (one["outputs"], one["exist"], one["missing"]) == (empty["outputs"], 1, empty["outputs"] - 1)
     lines = status.summary_lines(d, status.RunLog(), None, args)
     assert lines[1].startswith(f"  1 of {empty['outputs']} output files exist")
+
+
+# A run with an overlay config in its own working directory (`snakemake --configfile
+# config/config.yaml config/test.yaml`): Snakemake lists the --configfile files first and
+# the Snakefile's own `configfile: "config/config.yaml"` last, but applies that one first.
+OVERLAY_LOG = RUN_LOG.replace(
+    "  Config file(s): [PosixPath('/x/config/config.yaml'), PosixPath('/x/config/test.yaml')]",
+    "  Config file(s): [PosixPath('/d/config/config.yaml'), PosixPath('/d/config/test.yaml'), 'config/config.yaml']",
+)
+
+
+def test_config_files_in_the_order_the_run_applied_them(tmp_path):
+    run = status.parse_run_log(OVERLAY_LOG)
+    assert run.configfiles == ["config/config.yaml", "/d/config/config.yaml", "/d/config/test.yaml"]
+    assert run.workflow_configfiles == ["config/config.yaml"]
+    assert status.summary_args(run, tmp_path) == [
+        "--configfile",
+        str(tmp_path / "config/config.yaml"),  # the Snakefile's own, from the run's working directory
+        "/d/config/config.yaml",
+        "/d/config/test.yaml",  # the overlay last
+        "--config",
+        "papers=[heroes]",
+        "device=cpu",
+    ]
+    assert status.parse_configfiles("""[PosixPath("/a/it's.yaml"), 'b.yaml']""") == (
+        ["b.yaml", "/a/it's.yaml"],
+        ["b.yaml"],
+    )
+    run.command = "snakemake -C a=1 --cores 1 --config=b=2"
+    assert status.summary_args(run)[-3:] == ["--config", "a=1", "b=2"]
+
+
+@pytest.mark.slow
+def test_overlay_config_run_counts_as_up_to_date(tmp_path):
+    """A finished run with the tiny config over the default one, from its own working
+    directory (where the Snakefile's `configfile:` exists): its output counts as up to
+    date (re-applying config/config.yaml last made it "params changed"). About 10 s."""
+    d = G.prepare(tmp_path)
+    for name in ("config.yaml", "test.yaml"):
+        (d / "config" / name).write_text((G.ROOT / "config" / name).read_text())
+    target = "results/coax/synthetic/auc.csv"  # one job; its params differ between the two configs
+    G.snakemake(
+        "--cores", "1", "--configfile", "config/config.yaml", "config/test.yaml",
+        "--config", "papers=[coax]", "device=cpu", "--", target, cwd=d,
+    )  # fmt: skip
+    run = status.newest_run_log(d)
+    assert run.configfiles[0] == "config/config.yaml" and run.configfiles[-1] == str(d / "config/test.yaml")
+    s = status.target_summary(d, G.ROOT / "Snakefile", status.summary_args(run, d))
+    assert (s["exist"], s["up_to_date"], s["why"]) == (1, 1, {}), s
+    lines = status.summary_lines(d, run, None, None)
+    assert "1 of" in lines[1] and "1 up to date;" in lines[1] and "to be rebuilt" not in lines[1], lines
+    assert not any("differs" in x for x in lines)
+
+
+def test_orphan_job_is_named_with_its_pid(workdir):
+    """A job process of a killed run (its Snakemake gone) that still runs here: named by
+    pid, and the stale lock's advice says to end it before --unlock."""
+    d, _ = workdir
+    orphan = {
+        "pid": 31337,
+        "rule": "heroes_train",
+        "script": "tmpab12cd.heroes_train.py",
+        "started": T0 + 1,
+        "snakemake": None,
+    }
+    word, lines = status.state(d, now=T0 + 45, processes=[], jobs=[orphan])
+    assert word == "stale lock" and "pid 31337" in lines[1] and "(kill 31337)" in lines[1] and "--unlock" in lines[1]
+    assert lines[2].startswith("ORPHAN JOBS (1)")
+    assert lines[3] == "  pid 31337: rule heroes_train (.snakemake/scripts/tmpab12cd.heroes_train.py), started " + (
+        f"{status._clock(T0 + 1)} (44s ago)"
+    )
+    assert "end them (kill 31337), before snakemake --unlock" in lines[4]
+    # a job whose Snakemake is alive is no orphan
+    word, lines = status.state(d, now=T0 + 45, processes=[4242], jobs=[orphan | {"snakemake": 4242}])
+    assert word == "running" and not any("ORPHAN" in x for x in lines)
+    word, lines = status.state(d, now=T0 + 45, processes=[], jobs=[])
+    assert word == "stale lock" and "ORPHAN" not in "\n".join(lines)

@@ -1,11 +1,20 @@
-"""What every rule script does first, and safe file helpers."""
+"""What every rule script does first, and safe file helpers.
+
+A job started by Snakemake (``runtime.start`` or ``runtime.compute_setup``) also arms
+a watchdog (``watch_snakemake``): when the Snakemake process that launched it dies
+(``kill -9``, the out-of-memory killer), the job ends too, with its own children, so
+that no orphan goes on writing outputs that the next run writes as well.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +28,7 @@ def start(smk) -> str | None:
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
         sys.stderr = open(smk.log[0], "w", buffering=1)
+    watch_snakemake()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
     device = compute_setup(smk)
     logging.info("rule %s on %s with %d threads", getattr(smk, "rule", "?"), device, smk.threads)
@@ -28,7 +38,10 @@ def start(smk) -> str | None:
 def compute_setup(smk) -> str | None:
     """For a rule with ``params.device`` (one that computes): resolve the device, put the
     rule's numerics mode in force (``params.numerics``; it fails loudly when the pins are
-    not), set torch's threads, and log what decided the job's floats."""
+    not), set torch's threads, and log what decided the job's floats.
+
+    Every job that calls it (or ``start``) ends when its Snakemake dies (``watch_snakemake``)."""
+    watch_snakemake()
     device = getattr(smk.params, "device", None)
     if device is None:
         return None
@@ -70,6 +83,158 @@ def cuda_available() -> bool:
     except ImportError:
         return True
     return bool(torch.cuda.is_available())
+
+
+# ----------------------------------------------------------------------------------
+# A job ends when its Snakemake dies
+# ----------------------------------------------------------------------------------
+ORPHAN_EXIT = 3  # the exit status of a job stopped because its Snakemake died
+WATCH_INTERVAL = 1.0  # seconds between two looks at the Snakemake process
+WATCHDOG_ENV = "SELFREPAIR_WATCHDOG"  # set to 0 to never arm the watchdog
+_WATCHED: int | None = None  # the Snakemake pid this process watches, once armed
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time in clock ticks since boot) of a process, from
+    /proc/<pid>/stat; None when it is gone or /proc cannot tell (not Linux)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    rest = text[text.rindex(")") + 2 :].split()  # the name (field 2) may hold spaces and ')'
+    return rest[0], int(rest[1]), int(rest[19])
+
+
+def proc_argv(pid: int) -> list[str]:
+    """A process's command line ([] when gone or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+
+def _is_cmd(argv: list[str], name: str) -> bool:
+    """Whether ``argv`` runs the command ``name`` (``name ...``, ``python .../name ...``
+    or ``python -m name ...``)."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == name:
+        return True
+    if not os.path.basename(argv[0]).startswith("python"):
+        return False
+    args = argv[1:4]
+    return (len(args) > 0 and os.path.basename(args[0]) == name) or any(
+        args[i] == "-m" and args[i + 1] == name for i in range(len(args) - 1)
+    )
+
+
+def is_snakemake(argv: list[str]) -> bool:
+    return _is_cmd(argv, "snakemake")
+
+
+def is_pytest(argv: list[str]) -> bool:
+    return _is_cmd(argv, "pytest") or _is_cmd(argv, "py.test")
+
+
+def snakemake_ancestor(pid: int | None = None) -> int | None:
+    """The nearest Snakemake process above ``pid`` (default: this process) on this
+    machine, walking the parent chain (through any shell between them). None when there
+    is none (run by hand, by pytest, by a SLURM step without a Snakemake on this node),
+    when a pytest process comes first, or where /proc cannot tell."""
+    st = proc_stat(os.getpid() if pid is None else pid)
+    for _ in range(64):
+        if st is None or st[1] <= 0:
+            return None
+        parent = st[1]
+        argv = proc_argv(parent)
+        if is_pytest(argv):
+            return None
+        if is_snakemake(argv):
+            return parent
+        if parent == 1:
+            return None
+        st = proc_stat(parent)
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if p.name.isdigit() and (st := proc_stat(int(p.name))) is not None:
+            children.setdefault(st[1], []).append(int(p.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo += children.get(c, [])
+    return out
+
+
+def _orphaned(why: str) -> None:
+    """Say why on the job's stderr (its log), end this job's children, exit at once."""
+    try:
+        print(
+            f"selfrepair: {why}; ending this job (pid {os.getpid()}) so that it writes no more outputs",
+            file=sys.stderr,
+            flush=True,
+        )
+    except Exception:
+        pass
+    for c in descendants(os.getpid()):
+        try:
+            os.kill(c, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(ORPHAN_EXIT)
+
+
+def _launched_from_snakemake_scripts() -> bool:
+    """Whether this process runs a script Snakemake wrote (.snakemake/scripts/tmp*.py)."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    return script is not None and script.parent.name == "scripts" and script.parent.parent.name == ".snakemake"
+
+
+def watch_snakemake(interval: float = WATCH_INTERVAL) -> int | None:
+    """In a job launched by Snakemake on this machine: watch that Snakemake process from a
+    daemon thread (every ``interval`` s), and when it is gone (killed, its pid reused,
+    a zombie) end this job and its children with one line on stderr (exit status
+    ``ORPHAN_EXIT``). Returns the watched pid, or None where nothing is armed: no
+    Snakemake above this process (a script run by hand or by pytest, a SLURM step without
+    one on this node), a pytest process in between, this process being Snakemake or
+    pytest, no /proc, or ``SELFREPAIR_WATCHDOG=0``. Arms once per process.
+
+    A Snakemake script job whose Snakemake died before it got here (it has been handed to
+    init, pid 1) ends at once."""
+    global _WATCHED
+    if _WATCHED is not None:
+        return _WATCHED
+    if os.environ.get(WATCHDOG_ENV, "1") == "0" or proc_stat(os.getpid()) is None:
+        return None
+    me = proc_argv(os.getpid())
+    if is_snakemake(me) or is_pytest(me) or "_pytest" in sys.modules:
+        return None
+    pid = snakemake_ancestor()
+    if pid is None:
+        if os.getppid() == 1 and _launched_from_snakemake_scripts():
+            _orphaned("the Snakemake that launched this job died before the job started")
+        return None
+    st = proc_stat(pid)
+    if st is None or st[0] in "ZX":
+        _orphaned(f"Snakemake (pid {pid}) that runs this job is gone")
+    started = st[2]
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            now = proc_stat(pid)
+            if now is None or now[2] != started or now[0] in "ZX":
+                _orphaned(f"Snakemake (pid {pid}) that ran this job is gone (killed?)")
+
+    threading.Thread(target=watch, name="selfrepair-snakemake-watchdog", daemon=True).start()
+    _WATCHED = pid
+    return pid
 
 
 @contextmanager

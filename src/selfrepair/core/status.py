@@ -16,14 +16,19 @@ writes nothing there):
 * ``logs/**/*.log``, the jobs' own logs: the last line of each running job's log (a
   training job writes a progress line with its ETA at least every 30 s) and of the
   newest logs.
+* On Linux, ``/proc``: job processes that run a script of ``.snakemake/scripts/`` of the
+  directory while no Snakemake process is above them (orphans of a killed run that
+  still write outputs), named by pid: end them or let them end before ``--unlock``.
 
 Then, unless ``--no-summary``, how many of the default target's output files exist:
 ``snakemake --summary --nolock`` in a subprocess. It costs what a dry run costs (it
 builds the DAG and checks every output's date, code and params: 1-2 s for the tiny
 and the default config on an empty directory, a few seconds with all results; it takes
 no lock and changes no result, but Snakemake writes a short log of it in .snakemake/log).
-It uses the Snakefile and config files the newest run used, and that run's ``--config``
-values, unless SNAKEMAKE_ARGS are given after ``--`` (``make status SNAKEMAKE_ARGS=...``).
+It uses the Snakefile and config files the newest run used, in the order that run
+applied them (the Snakefile's own ``configfile:`` first, then its ``--configfile`` files
+as given), and that run's ``--config`` values, unless SNAKEMAKE_ARGS are given after
+``--`` (``make status SNAKEMAKE_ARGS=...``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from selfrepair.core.runtime import proc_argv, proc_stat, snakemake_ancestor
 
 REPO_SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"
 MISSING = {"missing", "removed temp file", "file local to node", "pipe file", "service file"}
@@ -92,7 +99,10 @@ class RunLog:
     path: Path | None = None
     command: str = ""
     snakefile: str = ""
+    # In the order the run applied them: the Snakefile's own ``configfile:`` (workflow_configfiles,
+    # relative to the working directory) first, then the ``--configfile`` files as given.
     configfiles: list[str] = field(default_factory=list)
+    workflow_configfiles: list[str] = field(default_factory=list)
     config_md5: str = ""
     jobs: dict[str, Job] = field(default_factory=dict)
     steps: str = ""  # the last "k of n steps (x%) done"
@@ -106,6 +116,21 @@ _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 _FINISHED = re.compile(r"^Finished jobid: (\S+)")
 _ERROR = re.compile(r"^Error in rule (\S+):$")
 _STEPS = re.compile(r"^(\d+ of \d+ steps \(\d+%\) done)")
+_CONFIGFILE = re.compile(r"(PosixPath\(|WindowsPath\(|Path\()?(?:'([^']*)'|\"([^\"]*)\")")
+
+
+def parse_configfiles(listing: str) -> tuple[list[str], list[str]]:
+    """The config files of a run log's ``Config file(s): [...]`` line, in the order the
+    run applied them, and those of them that the Snakefile's ``configfile:`` named.
+
+    Snakemake lists the ``--configfile`` files first (as absolute ``PosixPath``s, in the
+    order given) and appends the Snakefile's own ``configfile:`` (a plain string, as
+    written, relative to the working directory) when it exists; it applies that one first,
+    and the ``--configfile`` files over it."""
+    cli, own = [], []
+    for m in _CONFIGFILE.finditer(listing):
+        (cli if m.group(1) else own).append(m.group(2) if m.group(2) is not None else m.group(3))
+    return own + cli, own
 
 
 def parse_run_log(text: str, path: Path | None = None) -> RunLog:
@@ -119,7 +144,7 @@ def parse_run_log(text: str, path: Path | None = None) -> RunLog:
         elif s.startswith("Snakefile: "):
             run.snakefile = s[len("Snakefile: ") :]
         elif s.startswith("Config file(s): "):
-            run.configfiles = re.findall(r"'([^']+)'", s)
+            run.configfiles, run.workflow_configfiles = parse_configfiles(s[len("Config file(s): ") :])
         elif s.startswith("Config MD5: "):
             run.config_md5 = s[len("Config MD5: ") :]
         if line.startswith("[") and line.endswith("]"):
@@ -215,21 +240,88 @@ def snakemake_processes(directory: Path) -> list[int] | None:
     return found if found or not unreadable else None
 
 
+def _boot_time() -> float:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
+
+
+def job_processes(directory: Path) -> list[dict] | None:
+    """The processes of this machine that run a job script Snakemake wrote in
+    ``directory/.snakemake/scripts`` (``tmpXXXX.<rule>.py``): pid, rule, script, start
+    time and the pid of the Snakemake above them (None: an orphan, its Snakemake is
+    gone). None where /proc cannot tell (not Linux)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    scripts = os.path.realpath(directory / ".snakemake" / "scripts")
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    boot, found = _boot_time(), []
+    for p in proc.iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        pid = int(p.name)
+        argv = proc_argv(pid)
+        for a in argv[:4]:
+            if ".snakemake" not in a or not a.endswith(".py"):
+                continue
+            path = a
+            if not os.path.isabs(path):
+                try:
+                    path = os.path.join(os.readlink(p / "cwd"), path)
+                except OSError:
+                    continue
+            if os.path.realpath(os.path.dirname(path)) != scripts:
+                continue
+            st = proc_stat(pid)
+            if st is None or st[0] in "ZX":
+                break
+            name = os.path.basename(path)
+            rule = ".".join(name.split(".")[1:-1]) or name
+            found.append(
+                {
+                    "pid": pid,
+                    "rule": rule,
+                    "script": name,
+                    "started": boot + st[2] / ticks if boot else None,
+                    "snakemake": snakemake_ancestor(pid),
+                }
+            )
+            break
+    return sorted(found, key=lambda j: j["pid"])
+
+
 # ----------------------------------------------------------------------------------
 # The default target, through snakemake --summary
 # ----------------------------------------------------------------------------------
-def summary_args(run: RunLog) -> list[str]:
-    """The newest run's config: its config files and its ``--config`` values."""
-    args = ["--configfile", *run.configfiles] if run.configfiles else []
-    words = shlex.split(run.command) if run.command else []
-    if "--config" in words:
-        values = []
-        for w in words[words.index("--config") + 1 :]:
-            if w.startswith("-"):
-                break
-            values.append(w)
-        if values:
-            args += ["--config", *values]
+def summary_args(run: RunLog, directory: Path | None = None) -> list[str]:
+    """The newest run's config, in the order the run applied it: its config files (the
+    Snakefile's own first, found from ``directory``, the run's working directory), then
+    its ``--config`` values."""
+    files = [
+        str(directory / f) if directory is not None and f in run.workflow_configfiles and not os.path.isabs(f) else f
+        for f in run.configfiles
+    ]
+    args = ["--configfile", *files] if files else []
+    try:
+        words = shlex.split(run.command) if run.command else []
+    except ValueError:  # an unbalanced quote in a hand-typed command
+        words = run.command.split()
+    values = []
+    for i, w in enumerate(words):
+        if w in ("--config", "-C"):
+            for v in words[i + 1 :]:
+                if v.startswith("-"):
+                    break
+                values.append(v)
+        elif w.startswith("--config="):
+            values.append(w[len("--config=") :])
+    if values:
+        args += ["--config", *values]
     return args
 
 
@@ -301,17 +393,33 @@ def _outputs(files: list[str], n: int = 2) -> str:
 
 
 def state(
-    directory: Path, now: float | None = None, n_logs: int = 5, processes: list[int] | None | bool = False
+    directory: Path,
+    now: float | None = None,
+    n_logs: int = 5,
+    processes: list[int] | None | bool = False,
+    jobs: list[dict] | None | bool = False,
 ) -> tuple[str, list[str]]:
     """The state word (running, stale lock, finished, failed, killed, not run) and the
-    report's lines, from the directory's files only. ``processes`` is the answer of
-    ``snakemake_processes`` (False: ask it)."""
+    report's lines, from the directory's files (and /proc). ``processes`` is the answer
+    of ``snakemake_processes``, ``jobs`` that of ``job_processes`` (False: ask them)."""
     now = time.time() if now is None else now
     lk, run, marked = locks(directory), newest_run_log(directory), incomplete_outputs(directory)
     procs = snakemake_processes(directory) if processes is False else processes
+    jobs = job_processes(directory) if jobs is False else jobs
+    orphans = [j for j in jobs or [] if j["snakemake"] is None]
+    end_them = f"kill {' '.join(str(j['pid']) for j in orphans)}"
     open_jobs = [j for j in run.jobs.values() if j.state == "running" and j.rule != "all"]
     failed = [j for j in run.jobs.values() if j.state == "failed"]
-    if lk["files"] and procs == []:
+    if lk["files"] and procs == [] and orphans:
+        word = "stale lock"
+        head = (
+            f"STALE LOCK: .snakemake/locks holds {lk['outputs']} outputs since {_clock(lk['since'])}, and no Snakemake "
+            f"process on this machine works in this directory, but {len(orphans)} job process(es) of the killed run "
+            f"still run here and write their outputs (pid {', '.join(str(j['pid']) for j in orphans)}). Wait until "
+            f"they end, or end them ({end_them}), and only then snakemake --unlock and run again: a run started "
+            "beside them writes the same files."
+        )
+    elif lk["files"] and procs == []:
         word = "stale lock"
         head = (
             f"STALE LOCK? .snakemake/locks holds {lk['outputs']} outputs since {_clock(lk['since'])}, but no Snakemake "
@@ -339,6 +447,18 @@ def state(
         word = "finished"
         head = "FINISHED: the newest run ended and holds no lock."
     lines = [f"Workflow in {directory.resolve()} at {_clock(now)}", head]
+    if orphans:
+        lines.append(
+            f"ORPHAN JOBS ({len(orphans)}): job processes whose Snakemake is gone still run in this directory "
+            "and write their outputs:"
+        )
+        for j in orphans:
+            since = f", started {_clock(j['started'])} ({_ago(now - j['started'])})" if j.get("started") else ""
+            lines.append(f"  pid {j['pid']}: rule {j['rule']} (.snakemake/scripts/{j['script']}){since}")
+        lines.append(
+            f"  Wait for them to end, or end them ({end_them}), before snakemake --unlock or a new run "
+            "in this directory: two processes would write the same files."
+        )
     if run.path is not None:
         lines.append(f"  newest run: {run.path.relative_to(directory)}" + (f", {run.steps}" if run.steps else ""))
     running = word == "running"
@@ -385,7 +505,7 @@ def summary_lines(directory: Path, run: RunLog, snakefile: Path | None, args: li
     if not snakefile.exists():
         return [f"Default target: no Snakefile at {snakefile} (pass --snakefile)"]
     own = args is None
-    args = summary_args(run) if own else args
+    args = summary_args(run, directory) if own else args
     s = target_summary(directory, snakefile, args)
     if "error" in s:
         return ["Default target: snakemake --summary failed:", *("  " + x for x in s["error"].splitlines())]
