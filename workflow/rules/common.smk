@@ -65,12 +65,21 @@ COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])
 GPU_JOB = int(DEVICE != "cpu" and (DEVICE != "auto" or _cuda_available()))
 TARGETS = {}  # paper -> list of final files, filled by each paper's rule file
 # The published claims: relative to the working directory, else to the workflow (so that
-# `--directory elsewhere` finds the repository's config/published.yaml).
-PUBLISHED = (
-    config["published"]
-    if Path(config["published"]).exists()
-    else str(Path(workflow.basedir) / config["published"])
-)
+# `--directory elsewhere` finds the repository's config/published.yaml). Missing in both:
+# the run stops here, at parse time, naming the path (a finished run's directory
+# otherwise reported "Nothing to be done").
+_published_where = [
+    Path(config["published"]),
+    Path(workflow.basedir) / config["published"],
+]
+_published_found = [p for p in _published_where if p.is_file()]
+if not _published_found:
+    raise WorkflowError(
+        f"config key published: the published-claims file {config['published']} does not exist "
+        f"(looked for {_published_where[0].resolve()} and {_published_where[1]}); restore it "
+        "(git checkout config/published.yaml) or set --config published=PATH"
+    )
+PUBLISHED = str(_published_found[0])
 
 
 def code_hash(*modules):

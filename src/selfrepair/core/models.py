@@ -123,16 +123,69 @@ def build_gpt2_toy(config, init: str = "transformers", seed: int = 0, positional
 
 
 def save_model(model, folder: str | Path, meta: dict | None = None) -> None:
-    """``save_pretrained`` (safetensors) plus an optional ``selfrepair.json`` of metadata."""
+    """``save_pretrained`` (safetensors) plus ``selfrepair.json``: the metadata ``meta``
+    (if any) and, under ``weights_sha256``, the SHA-256 of every weights file written, which
+    ``load_hf`` checks (a model folder is a Snakemake ``directory()`` output, so Snakemake
+    does not notice a file inside it that changed).
+
+    The weights files are rewritten through ``runtime.atomic_path``: ``save_pretrained``
+    (safetensors) leaves them 0o600, and they get the permissions of every other output
+    (0o666 less the umask, and any default ACL)."""
+    import hashlib
+
+    from selfrepair.core import runtime
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
-    if meta is not None:
-        from selfrepair.core import runtime
+    hashes = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        data = f.read_bytes()  # small files (the largest toy model: a few MB)
+        with runtime.atomic_path(f) as tmp:
+            tmp.write_bytes(data)
+        hashes[f.name] = hashlib.sha256(data).hexdigest()
+    if meta is not None and runtime.NUMERICS_RECORD is not None:  # trained in a workflow job: how its floats came about
+        meta = {**meta, "numerics": runtime.NUMERICS_RECORD}
+    runtime.write_json(folder / "selfrepair.json", {**(meta or {}), WEIGHTS_KEY: hashes})
 
-        if runtime.NUMERICS_RECORD is not None:  # trained in a workflow job: how its floats came about
-            meta = {**meta, "numerics": runtime.NUMERICS_RECORD}
-        (folder / "selfrepair.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+WEIGHTS_KEY = "weights_sha256"  # selfrepair.json: {weights file name: SHA-256}, written by save_model
+
+
+class WeightsChanged(RuntimeError):
+    """A model folder's weights differ from the ones ``save_model`` wrote there.
+
+    Not a CorruptCheckpoint: callers that turn an unreadable model into a "not run" status
+    must not do so for an edited one."""
+
+
+def check_unchanged(folder: str | Path) -> None:
+    """Raise WeightsChanged, naming the folder and file, if a weights file of ``folder``
+    no longer has the SHA-256 that ``save_model`` recorded in its ``selfrepair.json``.
+
+    Folders without a record (saved before the record existed, the committed golden
+    checkpoints of older runs, a Hugging Face cache snapshot) are not checked: they load
+    as before."""
+    import hashlib
+
+    folder = Path(folder)
+    recorded = read_meta(folder).get(WEIGHTS_KEY)
+    if recorded is None:
+        return  # an older folder, saved before save_model recorded hashes
+    if not isinstance(recorded, dict):
+        raise CorruptCheckpoint(
+            f"{folder / 'selfrepair.json'}: key {WEIGHTS_KEY!r} is a {type(recorded).__name__}, "
+            "not an object of file names and SHA-256 digests"
+        )
+    for name, want in sorted(recorded.items()):
+        f = folder / name
+        now = hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else "(file missing)"
+        if now != want:
+            raise WeightsChanged(
+                f"weights of {folder} changed since they were saved: {name} sha256 {want} recorded "
+                f"in selfrepair.json, {now} now. Retrain it: delete {folder} and rerun snakemake "
+                "(or rerun with --forcerun <its training rule>)"
+            )
 
 
 def _check_folder(folder: Path) -> None:
@@ -184,12 +237,14 @@ def check_finite(folder: str | Path) -> None:
 
 def load_hf(folder: str | Path, device: str = "cpu"):
     """The Hugging Face model saved in ``folder``, with clear errors when absent or broken
-    (ModelNotFound, CorruptCheckpoint) or holding NaN/inf weights (NonFiniteWeights)."""
+    (ModelNotFound, CorruptCheckpoint), holding NaN/inf weights (NonFiniteWeights), or
+    edited since ``save_model`` wrote them (WeightsChanged; hashed once per load)."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(folder)
     _check_folder(folder)
-    check_finite(folder)
+    check_finite(folder)  # before the hash: an edit that put a NaN in is named by tensor
+    check_unchanged(folder)
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     except Exception as err:  # safetensors raises several types for a damaged file
@@ -235,5 +290,11 @@ def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: l
 
 
 def read_meta(folder: str | Path) -> dict:
+    """The folder's ``selfrepair.json`` ({} when there is none)."""
     f = Path(folder) / "selfrepair.json"
-    return json.loads(f.read_text()) if f.exists() else {}
+    if not f.exists():
+        return {}
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError as err:
+        raise CorruptCheckpoint(f"{f} is not valid JSON: {err}") from err

@@ -497,11 +497,38 @@ def to_mib_json(graph: Graph, scores: torch.Tensor, in_graph: torch.Tensor | Non
 
 
 def save_mib_json(path, graph: Graph, scores: torch.Tensor, in_graph: torch.Tensor | None = None) -> None:
-    Path(path).write_text(json.dumps(to_mib_json(graph, scores, in_graph)))
+    """Write a MIB circuit file atomically (``runtime.atomic_path``: a killed job leaves none)."""
+    from selfrepair.core import runtime
+
+    text = json.dumps(to_mib_json(graph, scores, in_graph))
+    with runtime.atomic_path(path) as tmp:
+        Path(tmp).write_text(text)
 
 
 class CircuitFileError(ValueError):
     """A MIB circuit file that cannot be used as it is; the message names the file."""
+
+
+def _check_mib_nodes(nodes: dict, graph: Graph, where: str, cfg: dict) -> None:
+    """The ``nodes`` of a MIB circuit file: known names, objects with a boolean ``in_graph``,
+    no neuron masks."""
+    known = set(graph.forward) | {"logits"}
+    for name, n in nodes.items():
+        if name not in known:
+            raise CircuitFileError(f"MIB circuit file {where}: node {name!r} is not in the graph of {cfg}")
+        if not isinstance(n, dict):
+            raise CircuitFileError(f"MIB circuit file {where}: node {name!r} is not an object: {n!r}")
+        if "in_graph" not in n:
+            raise CircuitFileError(f"MIB circuit file {where}: nodes[{name!r}] lacks 'in_graph'")
+        if not isinstance(n["in_graph"], bool):
+            raise CircuitFileError(
+                f"MIB circuit file {where}: nodes[{name!r}].in_graph is {n['in_graph']!r}, not a JSON boolean (true/false)"
+            )
+        neurons = n.get("neurons")
+        if neurons is not None and not (isinstance(neurons, list) and all(v == 1 for v in neurons)):
+            raise CircuitFileError(
+                f"MIB circuit file {where}: nodes[{name!r}].neurons selects neurons; neuron-level circuits are not supported"
+            )
 
 
 def from_mib_json(
@@ -509,11 +536,21 @@ def from_mib_json(
 ) -> tuple[Graph, torch.Tensor, torch.Tensor]:
     """Graph, edge scores and in-graph mask of a MIB circuit file (or its parsed dict).
 
-    CircuitFileError (naming the file) for invalid JSON (e.g. truncated), a missing
-    ``cfg``/``edges`` key, an edge not in the graph, a score that is not a finite number,
-    or a file that lists only some of the graph's edges (``allow_partial=True`` accepts
-    that, the absent edges scoring 0 and out of the circuit). A missing or null score
-    counts as 0.
+    The format is MIB's (EAP-IG ``Graph.to_json``/``from_json``): ``cfg``; ``nodes``:
+    {name: {"in_graph": bool, optional "score", "neurons", "neurons_scores"}}, the
+    forward nodes and ``logits``; ``edges``: {"src->dst": {"score": float, "in_graph":
+    bool}}. A node's ``in_graph`` is not tied to its edges' there (before MIB prunes a
+    circuit, an in-graph edge may leave a node that is not marked), so only types and
+    names are checked; the circuit is the edges' ``in_graph``.
+
+    CircuitFileError (naming the file and the key) for invalid JSON (e.g. truncated), a
+    missing ``cfg``/``nodes``/``edges`` key, an edge or node not in the graph, a score
+    that is not a finite number, an ``in_graph`` that is not a JSON boolean (the string
+    ``"false"`` would otherwise count as in the circuit), a neuron-level circuit (whose
+    neuron masks this reader would drop), or a file that lists only some of the graph's
+    edges (``allow_partial=True`` accepts that, the absent edges scoring 0 and out of the
+    circuit). A missing or null score counts as 0, a missing ``in_graph`` as out of the
+    circuit (``to_mib_json`` and MIB always write both).
     """
     where = "<dict>" if isinstance(path_or_dict, dict) else str(path_or_dict)
     if isinstance(path_or_dict, dict):
@@ -526,7 +563,7 @@ def from_mib_json(
             raise CircuitFileError(f"MIB circuit file {where} is not valid JSON (truncated?): {err}") from err
     if not isinstance(d, dict):
         raise CircuitFileError(f"MIB circuit file {where}: expected a JSON object, got {type(d).__name__}")
-    for key in ("cfg", "edges"):
+    for key in ("cfg", "nodes", "edges"):
         if not isinstance(d.get(key), dict):
             what = "is missing" if key not in d else f"is a {type(d[key]).__name__}, not an object"
             raise CircuitFileError(f"MIB circuit file {where}: key {key!r} {what}")
@@ -549,9 +586,15 @@ def from_mib_json(
         score = 0.0 if score is None else score
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not np.isfinite(score):
             raise CircuitFileError(f"MIB circuit file {where}: edge {name!r} has score {score!r}, not a finite number")
+        flag = e.get("in_graph", False)
+        if not isinstance(flag, bool):
+            raise CircuitFileError(
+                f"MIB circuit file {where}: edges[{name!r}].in_graph is {flag!r}, not a JSON boolean (true/false)"
+            )
         i, j = index[name]
         scores[i, j] = float(score)
-        in_graph[i, j] = bool(e.get("in_graph", False))
+        in_graph[i, j] = flag
+    _check_mib_nodes(d["nodes"], graph, where, cfg)
     if len(d["edges"]) < graph.n_edges and not allow_partial:
         absent = [n for n in index if n not in d["edges"]]
         raise CircuitFileError(
