@@ -1,4 +1,4 @@
-"""Issue 10's ground truth, speed: coalitions evaluated per second on a paper-A-sized model,
+"""The ground truth, speed: coalitions evaluated per second on a paper-A-sized model,
 against the floor, one plain forward pass of the same batch, measured in the same run.
 
 A coalition costs at least one forward of the evaluation batch (its copy of the batch

@@ -1,6 +1,6 @@
 """Rule heroes_roles: ranks, Delta and roles (hero / bloat / aligned) of one seed.
 
-With a confidence (issue 9), from the per-sequence outcomes of heroes_scores: per
+With a confidence, from the per-sequence outcomes of heroes_scores: per
 threshold t, ``stability_t{t}`` is the share of n_boot resamples of the evaluation
 sequences in which the component keeps its role, ``stable_t{t}`` = stability >=
 stable_share; ``stability`` / ``stable`` are those at the main threshold.

@@ -2,7 +2,7 @@
 ablation) per component, on the same saved OOD data, on the plain Hugging Face modules
 (attribution.gradient_norms_gpt2 and the ablation engine, selfrepair.core.engine).
 
-outcomes.pt keeps the per-sequence exact match behind C (issue 9): per ablation mode a
+outcomes.pt keeps the per-sequence exact match behind C: per ablation mode a
 bool matrix [n_eval sequences, 1 + components], column 0 the intact model, column 1 + i
 the model with component i ablated (``columns`` names them). C is computed from that very
 matrix (heroes.causal_table, the arithmetic of heroes.causal_scores). It also keeps the

@@ -1,4 +1,4 @@
-"""Issue 9: claims that do not hang on one sample or one model. Role stability over
+"""Claims that do not hang on one sample or one model. Role stability over
 resampled evaluation sequences, C within 2 SE, paired per-seed differences between grid
 cells, and the 'fragile' status of a published claim."""
 

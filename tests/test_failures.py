@@ -1,4 +1,4 @@
-"""Loud failures (issue 9): a bad input stops with an error that names the file (and the
+"""Loud failures: a bad input stops with an error that names the file (and the
 tensor or key), and nothing is written from it."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 10's ground truth: exact and sampled Shapley values, interactions, the ablation
+"""The ground truth: exact and sampled Shapley values, interactions, the ablation
 games on tiny models, agreement measures and the corrected toy-IOI backup labels."""
 
 import math

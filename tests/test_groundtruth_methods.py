@@ -1,4 +1,4 @@
-"""Issue 10, wired: every method as a node score (checked against paper B's own baselines,
+"""The ground truth, wired: every method as a node score (checked against paper B's own baselines,
 finite differences and paper A's G), one model's tables against brute force, and the
 agreement tables and findings on hand-built inputs."""
 

@@ -1,7 +1,7 @@
 """The library's layout: a shared core, one package per paper, data generators in tasks.
 
 Dependencies point one way: scripts -> groundtruth -> paper packages (heroes, coax,
-gim) -> core and tasks. groundtruth (issue 10) compares every paper's methods on one
+gim) -> core and tasks. groundtruth compares every paper's methods on one
 ground truth, so it may import all of them; nothing in the library imports it. A static
 scan of every ``import`` / ``from`` statement of src/selfrepair (at module level and
 inside functions) checks the direction; every module is also imported.

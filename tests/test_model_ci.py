@@ -1,4 +1,4 @@
-"""Claims over several independently trained models (issue 9): mean, t-interval, paired
+"""Claims over several independently trained models: mean, t-interval, paired
 differences and win counts, checked on hand-made tables whose answers are worked out by hand.
 
 t_{0.975, 2} = 4.302653; with three values of sd 0.1 the half-width is

@@ -1,4 +1,4 @@
-"""No library call leaves a lasting change on the caller's model (issue 11).
+"""No library call leaves a lasting change on the caller's model.
 
 Every public entry point of selfrepair.gim and selfrepair.coax that takes a bridge is
 called on a tiny GPT-2 bridge whose parameters require gradients (as a user's model
@@ -188,8 +188,8 @@ def test_prepared_restores_flags_set_by_the_caller(bridge):
 
 
 def test_caller_can_still_take_gradients_after_localize(bridge):
-    """The issue's symptom: after circuits.localize a user's own backward still reaches the
-    weights, the same gradients as before the call."""
+    """The symptom this guards against: after circuits.localize a user's own backward
+    still reaches the weights, the same gradients as before the call."""
     tokens = _cf().clean
 
     def user_grads():

@@ -150,7 +150,7 @@ def test_tiny_run_outputs_exist_and_agree(tiny_run):
         assert set(abl["mode"]) == {"mean", "zero"} and (abl["n"] == 200).all()
         grads = pd.read_csv(d / f"results/heroes/{task}/seed{seed}/gradients.csv")
         assert (grads["n_batches"] == 4).all() and (grads["G"] > 0).all()
-        # issue 9: the per-sequence outcomes behind C, and each role's stability
+        # the per-sequence outcomes behind C, and each role's stability
         import torch
 
         out = torch.load(d / f"results/heroes/{task}/seed{seed}/outcomes.pt", weights_only=True)

@@ -1,4 +1,4 @@
-# Ground truth across the papers (issue 10): Shapley values of every head and MLP, and
+# Ground truth across the papers: Shapley values of every head and MLP, and
 # every attribution method of the three papers on the same models and data.
 # per model:  results/groundtruth/models/{heroes/{task}/seed{seed} | ioi/seed{seed} |
 #             gim/{gtask}/{gmodel}/seed{gseed}}/{shapley,interactions,scores,timing}.csv, info.json

@@ -1,4 +1,4 @@
-# Paper A's protocol grid (issue 5): which protocol choices move the published numbers.
+# Paper A's protocol grid: which protocol choices move the published numbers.
 # Cells and their protocols: src/selfrepair/heroes/grid.py. Models are shared between cells of
 # one training key ({padding}-{init}); the default key's models are the main run's.
 # model -> heroes_grid_measure (every cell of that model) -> heroes_grid_tables -> figures

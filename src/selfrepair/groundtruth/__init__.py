@@ -1,4 +1,4 @@
-"""One ground truth for every method (issue 10): Shapley values and pairwise interactions
+"""One ground truth for every method: Shapley values and pairwise interactions
 of components on a task metric, from ablation games through the workflow's intervention
 layer; agreement of each method's scores with them; corrected toy-IOI backup labels.
 

@@ -1,4 +1,4 @@
-"""Toy-IOI backup labels, corrected (issue 10).
+"""Toy-IOI backup labels, corrected.
 
 ``coax.ioi_experiment.ground_truth`` calls a head a backup when its largest
 joint-minus-individual drop with a primary exceeds ``backup_frac`` x the largest primary

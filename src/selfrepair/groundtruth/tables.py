@@ -181,7 +181,7 @@ def findings(per_model: pd.DataFrame, recall: pd.DataFrame | None, n_boot: int =
                 "tolerance": "",
                 "status": "new" if np.isfinite(ci["mean"]) else "not run",
                 "note": note,
-                "source": "this workflow (issue 10): results/groundtruth/tables/agreement.csv",
+                "source": "this workflow (the ground truth across the papers): results/groundtruth/tables/agreement.csv",
             }
         )
 

@@ -1,11 +1,11 @@
-"""Tables of paper A's protocol grid (issue 5), from the per-model measurements.
+"""Tables of paper A's protocol grid, from the per-model measurements.
 
 Inputs are the concatenated outputs of rule heroes_grid_measure: ``components`` (one row
 per cell, task, seed, component), ``joint`` (joint vs individual ablation of each seed's
 bloats and heroes per cell) and ``sweep`` (rho on disjoint chunks of n evaluation
 sequences, default models).
 
-A cell is compared with the default cell per seed (issue 9): ``paired_table`` gives, per
+A cell is compared with the default cell per seed: ``paired_table`` gives, per
 (cell, task, quantity), the per-seed differences cell - default over the seeds both kept
 (same seed; the same model and sequences where the cell does not retrain), their mean
 and a percentile bootstrap CI over seeds; ``decided`` when the CI excludes 0.

@@ -1,4 +1,4 @@
-"""Claims that do not hang on one sample or one model (issue 9).
+"""Claims that do not hang on one sample or one model.
 
 Paper A's C is a mean over n_eval evaluation sequences of a 0/1 per-sequence outcome, so
 C, Delta = rank(G) - rank(C) and the role (hero / bloat / aligned) carry sampling

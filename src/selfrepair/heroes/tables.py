@@ -1,6 +1,6 @@
 """Paper A's aggregate tables, each a pure function of the per-seed tables.
 
-Role counts come twice (issue 9): all roles, and stable roles only (``*_stable``: the
+Role counts come twice: all roles, and stable roles only (``*_stable``: the
 component keeps its role in at least ``stable_share`` of the resamples of the evaluation
 sequences; roles.csv's ``stable_t{t}`` columns, see scripts/heroes_roles.py)."""
 
