@@ -3,11 +3,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # The numerics mode is set before anything imports torch or numpy: tests (and the
-# workflows they start, which inherit the environment) run portable, one thread, unless
-# SELFREPAIR_TEST_NUMERICS=native asks for this CPU's own kernels.
+# workflows they start, which inherit the environment) run the fast pinned mode, one
+# thread, unless SELFREPAIR_TEST_NUMERICS=exact or native asks for another. The golden
+# training tests train under exact whatever this says (tests/test_golden.py).
 from selfrepair.core import numerics  # noqa: E402  imports no torch
 
-NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable"))
+NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "fast"))
 numerics.configure(NUMERICS, threads=2)
 
 import pytest  # noqa: E402

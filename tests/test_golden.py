@@ -2,15 +2,12 @@
 weights, is tests/test_workflow.py::test_tiny_run_matches_golden_values)."""
 
 import json
-import os
 
 import pandas as pd
 import pytest
 
 import golden_suite as G
 from selfrepair.core import numerics
-
-NUMERICS = os.environ.get("SELFREPAIR_TEST_NUMERICS", "portable")
 
 # One model of each training protocol the tiny DAG uses (the paper's v3 protocol and the
 # authors'-code protocol of the grid); all eight are committed.
@@ -30,23 +27,24 @@ def test_committed_checkpoints_match_their_hashes():
     assert {G.paper_of(m) for m in golden} == set(G.PAPERS)
     for m in golden:
         meta = G.train_meta(G.CHECKPOINTS / m)
-        assert meta["numerics"]["mode"] == "portable" and meta["numerics"]["bit_portable"]
+        assert meta["numerics"]["mode"] == G.TRAIN_NUMERICS and meta["numerics"]["pinned"]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(NUMERICS != "portable", reason="tests run under native numerics: bits are per machine")
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
-def test_portable_training_reproduces_the_committed_checkpoints_bit_for_bit(tmp_path):
-    """Under the portable mode the tiny training run gives the committed weights exactly,
-    on any x86-64 CPU with AVX2 (they were written on another run, maybe another CPU)."""
+def test_exact_training_reproduces_the_committed_checkpoints_bit_for_bit(tmp_path):
+    """Under the exact mode the tiny training run gives the committed weights exactly, on
+    any x86-64 CPU with AVX2, Intel or AMD (they were written on another run, maybe
+    another CPU of another vendor: train.json says which)."""
     d = G.prepare(tmp_path)
-    G.snakemake("--cores", "2", *G.tiny_args(d), "--", *(f"{m}/train.json" for m in RETRAIN))
+    G.snakemake("--cores", "2", *G.tiny_args(d), f"numerics={G.TRAIN_NUMERICS}", "--",
+                *(f"{m}/train.json" for m in RETRAIN))  # fmt: skip
     golden = pd.read_csv(G.GOLDEN / "checkpoints.csv").set_index("model")["sha256"]
     got = G.weight_hashes(d)
     for m in RETRAIN:
         assert got[m] == golden[m], (
-            f"{m}: portable training gave other weights than tests/golden/checkpoints on this CPU "
-            f"({numerics.cpu_model()}); see README 'Numerics'"
+            f"{m}: exact training gave other weights than tests/golden/checkpoints on this CPU "
+            f"({numerics.cpu_model()}, {numerics.cpu_vendor()}); see README 'Numerics'"
         )
         meta = json.loads((d / m / "train.json").read_text())
         gmeta = json.loads((G.CHECKPOINTS / m / "train.json").read_text())
@@ -57,7 +55,7 @@ def test_portable_training_reproduces_the_committed_checkpoints_bit_for_bit(tmp_
 def test_native_training_reaches_its_target_like_the_golden(tmp_path):
     """Under `numerics: native` the weights are this CPU's own, so training is checked
     statistically: the reach model gets to its target accuracy within one evaluation
-    interval of the golden (portable) step count."""
+    interval of the golden (exact) step count."""
     golden = pd.read_csv(G.GOLDEN / "training.csv").iloc[0]
     d = G.prepare(tmp_path)
     G.snakemake("--cores", "1", *G.tiny_args(d, G.reach_config(d)), "numerics=native", "--", G.reach_target(d))
@@ -68,19 +66,18 @@ def test_native_training_reaches_its_target_like_the_golden(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(NUMERICS != "portable", reason="tests run under native numerics: bits are per machine")
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 @pytest.mark.parametrize("paper", sorted(RETRAIN_BC))
-def test_portable_training_reproduces_the_committed_bc_checkpoints_bit_for_bit(tmp_path, paper):
+def test_exact_training_reproduces_the_committed_bc_checkpoints_bit_for_bit(tmp_path, paper):
     """The same for one tiny model of paper B (COAX) and one of paper C (GIM)."""
     m = RETRAIN_BC[paper]
     d = G.prepare(tmp_path)
-    r = G.snakemake("--cores", "2", *G.tiny_args(d, paper=paper), "--", f"{m}/model")
+    r = G.snakemake("--cores", "2", *G.tiny_args(d, paper=paper), f"numerics={G.TRAIN_NUMERICS}", "--", f"{m}/model")
     assert G.ran_training(r.stdout + r.stderr, paper)
     golden = pd.read_csv(G.GOLDEN / "checkpoints.csv").set_index("model")["sha256"]
     assert G.weight_hashes(d, (paper,)) == {m: golden[m]}, (
-        f"{m}: portable training gave other weights than tests/golden/checkpoints on this CPU "
-        f"({numerics.cpu_model()}); see README 'Numerics'"
+        f"{m}: exact training gave other weights than tests/golden/checkpoints on this CPU "
+        f"({numerics.cpu_model()}, {numerics.cpu_vendor()}); see README 'Numerics'"
     )
     meta, gmeta = G.train_meta(d / m), G.train_meta(G.CHECKPOINTS / m)
     skip = {"numerics", "seconds", "train_seconds"}  # the CPU's name and wall times may differ

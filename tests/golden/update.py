@@ -9,7 +9,8 @@ checkpoints under checkpoints/results/<paper>, their rows of checkpoints.csv (th
 papers' rows stay as they are) and their golden CSVs (heroes_tiny_*.csv and, with
 --retrain, training.csv; coax_tiny_*.csv; gim_tiny_*.csv).
 
-Both run under the portable numerics mode (src/selfrepair/core/numerics.py). Run the scoring
+Training runs under the exact numerics mode (golden_suite.TRAIN_NUMERICS: the same bits on
+Intel and AMD), scoring under the fast mode that the tests run (src/selfrepair/core/numerics.py). Run the scoring
 update after a change that is meant to move a score; retrain only after a change that is
 meant to move training (the model, the loop, the data, the numerics pins). Commit the
 files with a message that says why they moved. What lives here: tests/golden_suite.py.
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from selfrepair.core import numerics  # noqa: E402  before anything imports torch
 
-numerics.configure("portable")
+numerics.configure("fast")
 
 import pandas as pd  # noqa: E402
 
@@ -33,7 +34,8 @@ import golden_suite as G  # noqa: E402
 
 
 def retrain(d: Path, paper: str) -> None:
-    G.snakemake("--cores", "2", *G.tiny_args(G.prepare(d), paper=paper), "--until", *G.TRAIN_RULES[paper])
+    G.snakemake("--cores", "2", *G.tiny_args(G.prepare(d), paper=paper), f"numerics={G.TRAIN_NUMERICS}",
+                "--until", *G.TRAIN_RULES[paper])  # fmt: skip
     shutil.rmtree(G.CHECKPOINTS / "results" / paper, ignore_errors=True)
     for m in G.model_dirs(d / "results", (paper,)):
         G.copy_training_outputs(m, G.CHECKPOINTS / m.relative_to(d), paper)
@@ -48,7 +50,8 @@ def retrain(d: Path, paper: str) -> None:
 
 def reach(d: Path) -> None:
     G.prepare(d)
-    G.snakemake("--cores", "1", *G.tiny_args(d, G.reach_config(d)), "--", G.reach_target(d))
+    G.snakemake("--cores", "1", *G.tiny_args(d, G.reach_config(d)), f"numerics={G.TRAIN_NUMERICS}", "--",
+                G.reach_target(d))  # fmt: skip
     meta = json.loads((d / G.reach_target(d)).read_text())
     row = {**G.TRAIN_REACH, "steps": meta["steps"], "reached_target": meta["reached_target"],
            "id_accuracy": meta["id_accuracy"]}  # fmt: skip
