@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report clean-env reference reference-grid grid-full portability status
+.PHONY: env reproduce test lint report clean-env reference reference-grid grid-full portability fingerprint verify status
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,12 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
 
 env: $(VENV)/.installed
 
+# SNAKEMAKE_ARGS (a run's options: --configfile, --config, --directory) go to the report
+# too: the report covers the plan of those options, so without them a non-default run's
+# report asks for files that run never made.
 reproduce: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
-	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html $(SNAKEMAKE_ARGS)
 
 test: env
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
@@ -35,11 +38,12 @@ lint: env
 	$(BIN)/ruff format --check src scripts tests benchmarks
 
 report: env
-	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html $(SNAKEMAKE_ARGS)
 
-# Where a run stands (running, killed, finished; each running job's last log line; how
-# many outputs exist). Safe beside a running workflow: no `env` step, no lock. Give the
-# run's options for the count: make status SNAKEMAKE_ARGS="--configfile ..." (or STATUS_ARGS=--no-summary).
+# Where a run stands (running, killed, finished; each running job's last log line; job
+# processes a killed Snakemake left running, by pid; how many outputs exist). Safe beside
+# a running workflow: no `env` step, no lock. The count uses the newest run's config
+# options; override: make status SNAKEMAKE_ARGS="--configfile ..." (or STATUS_ARGS=--no-summary).
 STATUS_ARGS ?=
 status:
 	$(BIN)/python -m selfrepair.core.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)
@@ -55,7 +59,11 @@ envs/selfrepair.yaml: requirements.lock
 	  sed 's/^/      - /' requirements.lock; echo "      - -e ../"; } > $@
 
 # Copy a finished default run's key tables into results/reference/ and render them into
-# README.md (run after `make reproduce`; commit the result deliberately).
+# README.md (run after `make reproduce`; commit the result deliberately). Also lists every
+# model the run trained with its weights' SHA-256 (models.csv, for `make verify`) and
+# records the numerics mode and CPU vendor of each copied table (numerics.csv).
+REFERENCE_TABLES = published_summary heroes_rho heroes_run coax_ioi_summary gim_localization \
+  gim_localization_summary groundtruth_agreement groundtruth_ioi_label_sweep groundtruth_ioi_backup_recall
 reference: env
 	mkdir -p results/reference
 	cp results/published/summary.csv results/reference/published_summary.csv
@@ -65,6 +73,7 @@ reference: env
 	-cp results/benchmarks/heroes_n1000.csv results/reference/benchmark_heroes_n1000.csv
 	-cp results/benchmarks/groundtruth.csv results/reference/benchmark_groundtruth.csv
 	-cp results/benchmarks/numerics.csv results/reference/benchmark_numerics.csv
+	-cp results/benchmarks/numerics_projection.csv results/reference/benchmark_numerics_projection.csv
 	-cp results/benchmarks/portability.csv results/reference/portability.csv
 	-cp results/benchmarks/portability_native_scoring.csv results/reference/portability_native_scoring.csv
 	cp results/coax/tables/ioi_summary.csv results/reference/coax_ioi_summary.csv
@@ -72,8 +81,20 @@ reference: env
 	cp results/gim/tables/localization_summary.csv results/reference/gim_localization_summary.csv
 	for t in agreement ioi_label_sweep ioi_backup_recall; do \
 	  cp results/groundtruth/tables/$$t.csv results/reference/groundtruth_$$t.csv; done
+	$(BIN)/python scripts/models_manifest.py write --out results/reference/models.csv
+	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
 	$(BIN)/python -m selfrepair.core.readme_table
+
+# Retrain reference models and compare their bits with results/reference/models.csv:
+#   make verify MODEL=results/heroes/sort/seed42        (one model; minutes)
+#   make verify MODEL='results/coax/ioi/*'              (every model matching a pattern)
+# It says first whether this machine should get the same bits (exact: any x86-64 CPU;
+# fast: a CPU of the reference's vendor; native: that machine only).
+MODEL ?=
+verify: env
+	@test -n "$(MODEL)" || { echo "make verify needs MODEL=<model folder or pattern>, e.g. MODEL=results/heroes/sort/seed42 (see results/reference/models.csv)"; exit 2; }
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/models_manifest.py verify '$(MODEL)'
 
 # The protocol grid's reference tables come from the full grid (`make grid-full`), not from
 # the default run's reduced grid: copy them after a full-grid run only.
@@ -82,16 +103,26 @@ reference-grid: env
 	  cp results/heroes/grid/tables/$$t.csv results/reference/heroes_grid_$$t.csv; done
 	$(BIN)/python -m selfrepair.core.readme_table
 
-# Paper A's full protocol grid (issue 5): every switch flipped alone, 10 seeds for the
+# Paper A's full protocol grid: every switch flipped alone, 10 seeds for the
 # default and the authors'-code cells. The reference tables come from this run.
 grid-full: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml config/grid_full.yaml $(SNAKEMAKE_ARGS)
 
-# The portable numerics mode on one machine (README "Numerics"): paper A's tiny config
-# twice, here and with another CPU's settings, every file compared; then the committed
-# tiny checkpoints scored with and without the pins; then the mode's cost. About 25 min.
-portability: env
+# The pinned numerics on one machine (README "Numerics"): paper A's tiny config twice,
+# here and with another CPU's settings, every file compared; then the committed tiny
+# checkpoints scored with and without the pins; then each mode's cost (bench_numerics,
+# with the full run projected per mode). About 30 min. `make fingerprint` is the
+# cross-vendor part: seconds to minutes.
+portability: env fingerprint
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/portability.py --out results/benchmarks/portability.csv
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/portability.py --fixed-weights --other-numerics native \
 	  --out results/benchmarks/portability_native_scoring.csv
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_numerics.py --out results/benchmarks/numerics.csv
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_numerics.py --out results/benchmarks/numerics.csv \
+	  --projection results/benchmarks/numerics_projection.csv
+
+# This machine's kernel fingerprint under every preset (the modes exact and fast among
+# them), compared with every committed one (benchmarks/fingerprints/: which kernels this
+# CPU shares with each). About 2 min. Add it there deliberately, with its provenance.
+fingerprint: env
+	$(BIN)/python benchmarks/fingerprint.py --out results/benchmarks/fingerprint.json
+	$(BIN)/python benchmarks/fingerprint.py --compare results/benchmarks/fingerprint.json benchmarks/fingerprints/*.json

@@ -15,7 +15,8 @@ turns, `--repeats` times, and the ratios are of the medians. Setups:
 Then the full default run's CPU time is projected per mode: each part's CPU seconds in
 results/reference/runtime.csv (measured under fast) times the ratio that fits it
 (training parts: that paper's training ratio; every other step: paper A's scoring
-ratio), written to --projection. The default mode follows from it (README "Numerics":
+ratio), written to --projection, for the one-thread setups (whose CPU seconds are their
+wall seconds; --project-only redoes it from an existing --out). The default mode follows from it (README "Numerics":
 exact when it costs at most 1.3x fast on the full run).
 
     .venv/bin/python benchmarks/bench_numerics.py [--steps 150] [--n 500] [--repeats 3]
@@ -177,7 +178,9 @@ def project(runtime, speeds):
 
     steps = runtime[runtime["step"] != "all"]
     rows = []
-    for setup, sp in speeds.iterrows():
+    # one-thread setups only: there a job's CPU seconds are its wall seconds, so a speed
+    # ratio scales them; a T-thread job's CPU time is not its speed's inverse
+    for setup, sp in speeds[speeds["threads"] == 1].iterrows():
         for (part, step), r in steps.set_index(["part", "step"]).iterrows():
             col = TRAIN_STEPS.get((part, step), "scoring_speed_vs_fast")
             rows.append({"setup": setup, "part": part, "step": step, "ratio_from": col,
@@ -196,6 +199,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="threads of the native-T mode")
     ap.add_argument("--out", default="results/benchmarks/numerics.csv")
     ap.add_argument("--projection", default="results/benchmarks/numerics_projection.csv")
+    ap.add_argument("--project-only", action="store_true", help="only redo the projection from an existing --out")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -203,6 +207,13 @@ def main():
         return
     import pandas as pd
 
+    if a.project_only:
+        proj = project(
+            pd.read_csv(ROOT / "results" / "reference" / "runtime.csv"), pd.read_csv(a.out).set_index("setup")
+        )
+        proj.to_csv(a.projection, index=False)
+        print(proj[proj["part"] == "all"].to_string(index=False))
+        return
     setups = [("exact", "exact", 1), ("fast", "fast", 1), ("native-1", "native", 1),
               (f"native-{a.threads}", "native", a.threads)]  # fmt: skip
     rows = []

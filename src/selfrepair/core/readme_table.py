@@ -252,7 +252,9 @@ def blocks() -> dict[str, str]:
     f = REFERENCE / "benchmark_numerics_projection.csv"
     if f.exists():
         pr = pd.read_csv(f)
-        out["benchmark_numerics_projection"] = _plain(pr[pr["part"] == "all"][["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]])
+        out["benchmark_numerics_projection"] = _plain(
+            pr[pr["part"] == "all"][["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]]
+        )
     f = REFERENCE / "heroes_grid_claims.csv"
     if f.exists():
         out["heroes_grid_claims"] = grid_claims_markdown(pd.read_csv(f))

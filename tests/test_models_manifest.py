@@ -1,0 +1,89 @@
+"""scripts/models_manifest.py: the list of a run's models with their weights' hashes, the
+provenance of reference tables, and `make verify`, which retrains a model and compares
+bits, saying first whether this machine should get them back."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import golden_suite as G
+from selfrepair.core import numerics
+
+sys.path.insert(0, str(G.ROOT / "scripts"))
+import models_manifest as M  # noqa: E402
+
+TINY = ["config/config.yaml", "config/test.yaml"]
+
+
+def test_manifest_lists_every_model_with_the_hash_of_its_weights():
+    table = M.manifest(G.CHECKPOINTS, TINY)
+    # the committed hashes (tests/golden/checkpoints.csv) were written by another function
+    golden = pd.read_csv(G.GOLDEN / "checkpoints.csv")
+    assert dict(zip(table["model"], table["sha256"])) == dict(zip(golden["model"], golden["sha256"]))
+    assert set(table["numerics"]) == {G.TRAIN_NUMERICS}
+    assert set(table["configfiles"]) == {"config/config.yaml config/test.yaml"}
+    assert table["cpu_vendor"].str.len().min() > 0 and "unrecorded" not in set(table["cpu_vendor"])
+
+
+def test_provenance_needs_one_record_and_keeps_other_rows(tmp_path):
+    out = tmp_path / "numerics.csv"
+    pd.DataFrame([{"table": "old.csv", "numerics": "fast", "cpu_vendor": "AuthenticAMD", "cpu": "AMD EPYC",
+                   "commit": "abc", "date": "2026-01-01"}]).to_csv(out, index=False)  # fmt: skip
+    M.provenance(["a.csv", "old2.csv"], G.CHECKPOINTS, out)
+    got = pd.read_csv(out).set_index("table")
+    assert list(got.index) == ["a.csv", "old.csv", "old2.csv"]
+    assert got.loc["old.csv", "cpu_vendor"] == "AuthenticAMD"  # a table not named keeps its row
+    rec = M.training_record(G.CHECKPOINTS / "results/coax/ioi/seed1")
+    assert got.loc["a.csv", "numerics"] == G.TRAIN_NUMERICS and got.loc["a.csv", "cpu_vendor"] == rec["cpu_vendor"]
+    # two models with different records: no single provenance, and it says so
+    mixed = tmp_path / "mixed"
+    for m, vendor in (("results/a/seed1", "GenuineIntel"), ("results/a/seed2", "AuthenticAMD")):
+        (mixed / m / "model").mkdir(parents=True)
+        (mixed / m / "model" / "model.safetensors").write_bytes(b"x")
+        (mixed / m / "train.json").write_text('{"numerics": {"mode": "fast", "cpu_vendor": "%s"}}' % vendor)
+    with pytest.raises(SystemExit, match="mixes numerics records"):
+        M.provenance(["b.csv"], mixed, out)
+
+
+def test_expectation_follows_the_mode_and_the_vendor(monkeypatch):
+    monkeypatch.setattr(numerics, "can_pin", lambda: True)
+    monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
+    assert M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"})[0] is True
+    assert M.expectation({"numerics": "fast", "cpu_vendor": "GenuineIntel"})[0] is True
+    ok, why = M.expectation({"numerics": "fast", "cpu_vendor": "AuthenticAMD"})
+    assert ok is False and "AuthenticAMD" in why and "exact" in why
+    assert M.expectation({"numerics": "native", "cpu_vendor": "GenuineIntel"})[0] is False
+
+
+def test_verify_names_a_missing_manifest_and_an_unknown_model(tmp_path):
+    with pytest.raises(SystemExit, match="make reference"):
+        M.verify("results/x", tmp_path / "none.csv", None, 1)
+    f = tmp_path / "models.csv"
+    M.manifest(G.CHECKPOINTS, TINY).to_csv(f, index=False)
+    with pytest.raises(SystemExit, match="no model .* matches 'results/nothing'"):
+        M.verify("results/nothing", f, None, 1)
+
+
+def test_make_verify_without_a_model_says_how():
+    r = subprocess.run(["make", "-s", "verify", "VENV=" + str(G.BIN.parent)], cwd=G.ROOT, capture_output=True,
+                       text=True)  # fmt: skip
+    assert r.returncode != 0 and "MODEL=results/heroes/sort/seed42" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
+def test_verify_retrains_a_model_and_compares_its_bits(tmp_path, capsys):
+    """The toy IOI model of the committed checkpoints, trained under exact on whatever CPU
+    wrote them: retrained here, the same bits (exit 0); against a wrong hash, exit 1."""
+    f = tmp_path / "models.csv"
+    table = M.manifest(G.CHECKPOINTS, TINY)
+    table.to_csv(f, index=False)
+    assert M.verify("results/coax/ioi/seed*", f, None, 2) == 0
+    out = capsys.readouterr().out
+    assert "expect the same bits: exact mode" in out and "SAME BITS" in out and "1 model(s) retrained" in out
+    table.loc[table["model"] == "results/coax/ioi/seed1", "sha256"] = "0" * 64
+    table.to_csv(f, index=False)
+    assert M.verify("results/coax/ioi/seed1", f, None, 2) == 1
+    assert "DIFFERENT BITS" in capsys.readouterr().out
