@@ -232,7 +232,9 @@ def check_make(env: dict, words: list[str], workdir: Path, what: str) -> None:
                 f"{what}: the default run writes nothing at {value}"
             )
     extra = shlex.split(variables.get("SNAKEMAKE_ARGS", ""))
-    lines = [line for line in r.stdout.splitlines() if re.search(r"(^|[\s/])snakemake\s", line)]
+    # recipe lines that run snakemake (after any VAR=value): not an echo that names it
+    recipe = r.stdout.replace("\\\n", " ")
+    lines = [line for line in recipe.splitlines() if re.match(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*\S*snakemake\s", line)]
     for line in lines:
         _, _, sm_words = _split(line.strip())
         if extra:
