@@ -83,14 +83,19 @@ def launch(tmp_path: Path, name: str, shell: bool):
     return proc, {k: v if k == "watched" else int(v) for k, v in read_pids(pids).items()}, log
 
 
-def end(proc, pids):
-    for pid in (pids.get("job"), pids.get("child")):
+def kill_all(proc, pids):
+    """SIGKILL the live ``pids`` and ``proc``'s process group (test clean-up)."""
+    for pid in pids:
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def end(proc, pids):
+    kill_all(proc, (pids.get("job"), pids.get("child")))
     proc.wait()
 
 
@@ -233,12 +238,7 @@ def test_kill_9_of_snakemake_ends_its_job(tmp_path):
         proc.wait()
         assert wait_for(lambda: not job_pids(d), 10), f"job process(es) {job_pids(d)} outlived Snakemake"
     finally:
-        for pid in job_pids(d):
-            os.kill(pid, signal.SIGKILL)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_all(proc, job_pids(d))
     assert f"selfrepair: Snakemake (pid {proc.pid}) that ran this job is gone" in log.read_text().splitlines()[-1]
     assert not (d / target).exists()
     word, lines = status.state(d)
