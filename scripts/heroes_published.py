@@ -6,7 +6,9 @@ sequences), beside ``reproduced`` (all roles). Every numeric claim carries a 95%
 CI over seeds (``ci_low``/``ci_high``; the per-seed rho claims over resampled evaluation
 sequences), which decides reproduced / differs / fragile; the role counts and G per layer
 take theirs from the per-seed components table, the redundancy claims from
-redundancy_summary's CI columns (tables.measured_claims)."""
+redundancy_summary's CI columns (tables.measured_claims). ``authors_*``: each claim
+under the authors'-code protocol, from the protocol grid's 'authors' cell when the grid
+runs it (tables.authors_columns; ``not run`` otherwise)."""
 
 import pandas as pd
 
@@ -33,4 +35,6 @@ table = published.compare("heroes", published.load_claims(i.claims, "heroes"), m
 stable = T.stable_claims(pd.read_csv(i.roles_by_layer), pd.read_csv(i.role_stability), p.threshold)
 table.insert(table.columns.get_loc("reproduced") + 1, "reproduced_stable", table["id"].map(stable))
 table["protocol"] = p.protocol
+grid = pd.read_csv(i.grid_claims) if "grid_claims" in i.keys() else None
+table = T.authors_columns(table, grid, p.authors_seeds)
 table.to_csv(smk.output.csv, index=False)

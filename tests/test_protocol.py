@@ -208,3 +208,47 @@ def test_claims_table_scales_layer_counts_and_marks_status():
     assert a.loc["rho_sort", "change_vs_default"] == pytest.approx(-0.3)
     assert bool(a.loc["rho_sort", "closer_than_default"]) and a.loc["rho_sort", "status"] == "reproduced"
     assert not bool(a.loc["rho_reverse", "closer_than_default"])  # |0.75 - 0.72| = 0.03 > |0.70 - 0.72|
+
+
+def test_claims_table_per_seed_rho_role_counts_and_bloat_ablation_from_components():
+    rho = pd.DataFrame({"cell": ["default", "authors"], "task": ["sort", "sort"], "rho_mean": [0.6, 0.3]})
+    sup = pd.DataFrame(
+        {"cell": ["authors"], "task": ["sort"], "group": ["bloat"], "mean_individual": [0.02], "mean_joint": [0.075], "ratio": [3.75]}
+    )
+    empty = pd.DataFrame(columns=["cell", "task", "layer", "threshold", "G_mean", "hero_per10", "bloat_per10"])
+
+    def comp(cell, seed, status, rho, roles):  # roles: component -> role at threshold 6
+        return [
+            {"cell": cell, "task": "sort", "seed": seed, "status": status, "rho": rho, "component": c, "role_t6": r}
+            for c, r in roles.items()
+        ]
+
+    rows = (
+        comp("authors", 42, "kept", 0.1, {"L3H3": "hero", "L1H1": "bloat", "L1H3": "aligned"})
+        + comp("authors", 456, "kept", 0.25, {"L3H3": "hero", "L1H1": "aligned", "L1H3": "aligned"})
+        + comp("authors", 123, "kept", 0.5, {"L3H3": "aligned", "L1H1": "aligned", "L1H3": "aligned"})
+        + comp("authors", 789, "kept", 0.4, {"L3H3": "aligned", "L1H1": "aligned", "L1H3": "aligned"})
+        + comp("authors", 2020, "skipped", float("nan"), {"L3H3": "hero", "L1H1": "bloat", "L1H3": "bloat"})
+    )
+    claims = [
+        {"id": "bloat_ablation_pct", "claim": "a", "value": -10.1, "tolerance": 10.4},
+        {"id": "rho_sort_seed456", "claim": "s456", "value": 0.0, "tolerance": 0.15},
+        {"id": "rho_sort_seed2020", "claim": "s2020", "value": -0.18, "tolerance": 0.15},
+        {"id": "sort_L3H3_hero", "claim": "h", "value": 7, "tolerance": 2},
+        {"id": "sort_L1H1_bloat", "claim": "b1", "value": 6, "tolerance": 2},
+        {"id": "sort_L1H3_bloat", "claim": "b3", "value": 6, "tolerance": 2},
+    ]
+    t = grid_tables.claims_table(rho, empty, sup, empty, claims, 6, components=pd.DataFrame(rows))
+    a = t[t["cell"] == "authors"].set_index("id")
+    assert a.loc["bloat_ablation_pct", "value"] == pytest.approx(-7.5)  # minus the joint drop, in points
+    assert a.loc["bloat_ablation_pct", "status"] == "reproduced"  # |-7.5 + 10.1| <= 10.4
+    assert a.loc["rho_sort_seed456", "value"] == 0.25 and a.loc["rho_sort_seed456", "status"] == "differs"
+    assert a.loc["rho_sort_seed2020", "status"] == "not run"  # the seed was skipped in this cell
+    # 4 kept seeds: L3H3 a hero in 2 -> 5 per 10; L1H1 a bloat in 1 -> 2.5; L1H3 in none (the skipped seed does not count)
+    assert a.loc["sort_L3H3_hero", "value"] == 5.0 and a.loc["sort_L3H3_hero", "status"] == "reproduced"  # |5 - 7| <= 2
+    assert a.loc["sort_L1H1_bloat", "value"] == 2.5
+    assert a.loc["sort_L1H3_bloat", "value"] == 0.0
+    d = t[t["cell"] == "default"].set_index("id")  # no components of the default cell here
+    assert set(d["status"]) == {"not run"}
+    without = grid_tables.claims_table(rho, empty, sup, empty, claims, 6).set_index(["id", "cell"])
+    assert without.loc[("sort_L3H3_hero", "authors"), "status"] == "not run"  # no components table

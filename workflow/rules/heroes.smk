@@ -330,6 +330,12 @@ rule heroes_published:
         redundancy_summary=f"{H_TABLES}/redundancy_summary.csv",
         attention=f"{H_TABLES}/attention.csv",
         components=f"{H_TABLES}/components.csv",  # per seed: the role counts' and G's CIs over seeds
+        # each claim under the authors'-code protocol too: the grid's 'authors' cell
+        **(
+            {"grid_claims": "results/heroes/grid/tables/claims.csv"}
+            if "authors" in HEROES["grid"]["cells"]
+            else {}
+        ),
     output:
         csv=report(
             "results/published/heroes.csv",
@@ -345,6 +351,7 @@ rule heroes_published:
         threshold=HEROES["roles"]["threshold"],
         thresholds=HEROES["roles"]["thresholds"],
         protocol=H_PROTOCOL,
+        authors_seeds=len(HEROES["grid"]["main_seeds"]),
         code=code_hash("heroes/tables", "core/published", "core/analysis"),
     script:
         "../../scripts/heroes_published.py"

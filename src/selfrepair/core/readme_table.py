@@ -80,15 +80,29 @@ def published_markdown(csv: Path) -> str:
         ]
         head += [f"- {', '.join(models)}: {why}" for why, models in groups.items()]
         head.append("")
-    lines = ["| paper | claim | published | reproduced | tolerance | status | note |", "|---|---|---|---|---|---|---|"]
+    authors = "authors_status" in df.columns and (df["authors_status"].fillna("not run") != "not run").any()
+    cols = ["paper", "claim", "published", "reproduced", "tolerance", "status"] + (["authors' code"] if authors else []) + ["note"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in df.itertuples():
         note = shorten_note(r.note) if isinstance(r.note, str) else r.note
-        lines.append(
-            "| "
-            + " | ".join(_fmt(x) for x in (r.paper, r.claim, r.published, r.reproduced, r.tolerance, r.status, note))
-            + " |"
-        )
+        cells = [r.paper, r.claim, r.published, r.reproduced, r.tolerance, r.status]
+        if authors:
+            cells.append(authors_cell(r._asdict()))
+        lines.append("| " + " | ".join(_fmt(x) for x in cells + [note]) + " |")
     return "\n".join(head + lines)
+
+
+def authors_cell(r: dict) -> str:
+    """A claim under the authors'-code protocol: 'value [lo, hi] (status)', or its status."""
+    status = r.get("authors_status")
+    if not isinstance(status, str):
+        return ""
+    v = _num(r.get("authors_reproduced"))
+    if not isinstance(v, float) or v != v:
+        return status
+    lo, hi = _num(r.get("authors_ci_low")), _num(r.get("authors_ci_high"))
+    ci = f" [{_short(lo)}, {_short(hi)}]" if isinstance(lo, float) and lo == lo else ""
+    return f"{_short(v)}{ci} ({status})"
 
 
 PAPERS = {
@@ -121,26 +135,37 @@ def headline_markdown(csv: Path) -> str:
     for paper, g in df.groupby("paper", sort=False):
         if paper not in PAPERS:  # the ground truth's "new" findings are not a paper's claims
             continue
-        counts = [str(int((g["status"] == s).sum())) for s in statuses]
-        keys = []
-        for cid, label in HEADLINE.get(paper, {}).items():
-            r = g[g["id"] == cid]
-            if r.empty:
-                continue
-            r = r.iloc[0]
-            pub, rep = _short(r["published"]), _short(r["reproduced"])
-            if not isinstance(_num(r["published"]), float):
-                keys.append(f"{label} ({rep + ', ' if rep else ''}{r['status']})")
-            else:
-                keys.append(f"{label} {pub}{' -> ' + rep if rep else ''} ({r['status']})")
-        absent = list(absent_models(g["note"]))
-        if absent:
-            more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
-            keys.append("weights absent: " + ", ".join(absent[:3]) + more)
-        lines.append(
-            f"| {PAPERS.get(paper, paper)} | {len(g)} | " + " | ".join(counts) + " | " + "; ".join(keys) + " |"
-        )
+        protocols = [("", "")]
+        if "authors_status" in g.columns and (g["authors_status"].fillna("not run") != "not run").any():
+            m = g["authors_note"].dropna().astype(str).str.extract(r"(\d+) seeds")[0].dropna()
+            seeds = f", {m.iloc[0]} seeds" if len(m) else ""
+            protocols = [(" (the paper's text, v3)", ""), (f" (the authors' code{seeds})", "authors_")]
+        for label_suffix, prefix in protocols:
+            lines.append(_headline_row(paper, g, statuses, label_suffix, prefix))
     return "\n".join(lines)
+
+
+def _headline_row(paper: str, g: pd.DataFrame, statuses: list[str], suffix: str = "", prefix: str = "") -> str:
+    """One paper's headline row; ``prefix`` 'authors_' reads the authors'-code columns."""
+    status = g[f"{prefix}status"].fillna("not run")
+    counts = [str(int((status == s).sum())) for s in statuses]
+    keys = []
+    for cid, label in HEADLINE.get(paper, {}).items():
+        r = g[g["id"] == cid]
+        if r.empty:
+            continue
+        r = r.iloc[0]
+        pub, rep = _short(r["published"]), _short(r[f"{prefix}reproduced"])
+        st = r[f"{prefix}status"] if isinstance(r[f"{prefix}status"], str) else "not run"
+        if not isinstance(_num(r["published"]), float):
+            keys.append(f"{label} ({rep + ', ' if rep else ''}{st})")
+        else:
+            keys.append(f"{label} {pub}{' -> ' + rep if rep else ''} ({st})")
+    absent = list(absent_models(g["note"]))
+    if absent:
+        more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
+        keys.append("weights absent: " + ", ".join(absent[:3]) + more)
+    return f"| {PAPERS.get(paper, paper)}{suffix} | {len(g)} | " + " | ".join(counts) + " | " + "; ".join(keys) + " |"
 
 
 def _short(v) -> str:

@@ -35,7 +35,20 @@ GRID_CLAIMS = (
     "hero_ablation_reverse_pct",
     "sort_grad_layer1",
     "sort_grad_layer3",
+    # with the per-component table (claims_table's ``components``)
+    "bloat_ablation_pct",
+    "rho_sort_seed456",
+    "rho_sort_seed2020",
+    "sort_L3H3_hero",
+    "sort_L1H1_bloat",
+    "sort_L1H3_bloat",
 )
+# per-component role claims: claim id -> (task, component, role)
+COMPONENT_ROLE_CLAIMS = {
+    "sort_L3H3_hero": ("sort", "L3H3", "hero"),
+    "sort_L1H1_bloat": ("sort", "L1H1", "bloat"),
+    "sort_L1H3_bloat": ("sort", "L1H3", "bloat"),
+}
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
@@ -325,10 +338,16 @@ def claims_table(
     claims: list[dict],
     threshold: float,
     paired: pd.DataFrame | None = None,
+    components: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per (claim, cell): the value measured in that cell next to the published one, and
     reproduced / differs / fragile within the claim's tolerance (config/published.yaml),
     decided by the value's CI over seeds where it has one (rho, superadditivity).
+
+    With ``components`` (one row per cell, task, seed, component: status, rho, role_t*),
+    also the per-seed rho claims (``not run`` where the cell has not kept that seed) and
+    the per-component role counts, scaled to 10 kept seeds as in the main table. The
+    joint bloat ablation's accuracy change is minus the joint bloat drop.
 
     ``change_vs_default`` is the difference of the cell's and the default's values (each
     over its own kept seeds); with ``paired`` (``paired_table``), the change is also
@@ -351,7 +370,9 @@ def claims_table(
         c = by_id[cid]
         for cell in cells:
             lo = hi = float("nan")
-            if cid.startswith("rho_"):
+            if cid.startswith("rho_sort_seed") or cid in COMPONENT_ROLE_CLAIMS:
+                v = _component_claim(components, cell, cid, threshold)
+            elif cid.startswith("rho_"):
                 v = get(rho, cell, "rho_mean", task=cid.split("_")[1])
                 lo, hi = (
                     get(rho, cell, "ci_lo", task=cid.split("_")[1]),
@@ -373,6 +394,8 @@ def claims_table(
                 )
             elif cid == "hero_ablation_reverse_pct":
                 v = -100 * get(superadd, cell, "mean_joint", task="reverse", group="hero")
+            elif cid == "bloat_ablation_pct":
+                v = -100 * get(superadd, cell, "mean_joint", task="sort", group="bloat")
             else:  # sort_grad_layer{1,3}
                 v = get(grad, cell, "G_mean", task="sort", layer=int(cid[-1]))
             tol = float(c.get("tolerance", 0.0))
@@ -403,6 +426,25 @@ def claims_table(
     if paired is not None:
         _add_paired(out, paired)
     return out
+
+
+def _component_claim(components: pd.DataFrame | None, cell: str, cid: str, threshold: float) -> float:
+    """A per-seed rho claim (that seed's rho) or a per-component role claim (kept seeds in
+    which the component has the role at ``threshold``, per 10 kept seeds) in ``cell``;
+    NaN (not run) without the table, the seed or any kept seed."""
+    if components is None:
+        return float("nan")
+    k = kept(components[components["cell"] == cell])
+    if cid.startswith("rho_sort_seed"):
+        s = k[(k["task"] == "sort") & (k["seed"] == int(cid.removeprefix("rho_sort_seed")))]
+        return float(s["rho"].iloc[0]) if len(s) else float("nan")
+    task, comp, role = COMPONENT_ROLE_CLAIMS[cid]
+    k = k[k["task"] == task]
+    n = k["seed"].nunique()
+    if n == 0:
+        return float("nan")
+    has = k[(k["component"] == comp) & (k[f"role_t{threshold:g}"] == role)]["seed"].nunique()
+    return 10 * has / n
 
 
 def _add_paired(out: pd.DataFrame, paired: pd.DataFrame) -> None:

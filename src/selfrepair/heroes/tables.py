@@ -454,3 +454,35 @@ def run_summary(seeds: pd.DataFrame) -> pd.DataFrame:
             if col in kept and len(kept):
                 rows[-1][name] = float(kept[col].mean())
     return pd.DataFrame(rows)
+
+
+# The authors'-code protocol's columns of paper A's published table (see authors_columns).
+AUTHORS_COLUMNS = ("authors_reproduced", "authors_ci_low", "authors_ci_high", "authors_status", "authors_note")
+
+
+def authors_columns(table: pd.DataFrame, grid_claims: pd.DataFrame | None, n_seeds: int, cell: str = "authors") -> pd.DataFrame:
+    """Paper A's published table with each claim also under the authors'-code protocol.
+
+    ``grid_claims``: the protocol grid's claims table (heroes/grid_tables.claims_table; one
+    row per claim and cell), or None when the grid did not run. The ``cell`` rows give
+    ``authors_reproduced`` (4 digits, as ``reproduced``), its CI and ``authors_status``;
+    a claim the grid does not measure, or a grid without that cell, is ``not run`` with
+    the reason in ``authors_note``. ``n_seeds``: the cell's seeds per task (the note says
+    how many the values rest on)."""
+    out = table.copy()
+    g = None if grid_claims is None else grid_claims[grid_claims["cell"] == cell].set_index("id")
+    rows = []
+    for cid in out["id"]:
+        if g is None or g.empty:
+            why = "the protocol grid did not run" if g is None else f"the protocol grid has no '{cell}' cell"
+            rows.append((float("nan"), float("nan"), float("nan"), "not run", why))
+        elif cid not in g.index:
+            rows.append((float("nan"), float("nan"), float("nan"), "not run", "the protocol grid does not measure this claim"))
+        else:
+            r = g.loc[cid]
+            v = float(r["value"])
+            note = f"authors'-code protocol (grid cell '{cell}'), {n_seeds} seeds per task"
+            rows.append((round(v, 4), round(float(r["ci_low"]), 4), round(float(r["ci_high"]), 4), str(r["status"]), note))
+    for k, col in enumerate(AUTHORS_COLUMNS):
+        out[col] = [r[k] for r in rows]
+    return out
