@@ -46,7 +46,7 @@ report: env
 # options; override: make status SNAKEMAKE_ARGS="--configfile ..." (or STATUS_ARGS=--no-summary).
 STATUS_ARGS ?=
 status:
-	$(BIN)/python -m selfrepair.core.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m selfrepair.workflow.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)
 
 clean-env:
 	rm -rf $(VENV)
@@ -84,7 +84,7 @@ reference: env
 	$(BIN)/python scripts/models_manifest.py write --out results/reference/models.csv
 	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
-	$(BIN)/python -m selfrepair.core.readme_table
+	$(BIN)/python -m selfrepair.workflow.readme_table
 
 # Retrain reference models and compare their bits with results/reference/models.csv:
 #   make verify MODEL=results/heroes/sort/seed42        (one model; minutes)
@@ -101,7 +101,7 @@ verify: env
 reference-grid: env
 	for t in rho claims superadditivity noise roles_by_layer paired; do \
 	  cp results/heroes/grid/tables/$$t.csv results/reference/heroes_grid_$$t.csv; done
-	$(BIN)/python -m selfrepair.core.readme_table
+	$(BIN)/python -m selfrepair.workflow.readme_table
 
 # Paper A's full protocol grid: every switch flipped alone, 10 seeds for the
 # default and the authors'-code cells. The reference tables come from this run.

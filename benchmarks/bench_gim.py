@@ -57,7 +57,7 @@ def main():
     from selfrepair.core.models import load_bridge
     from selfrepair.gim import circuits
     from selfrepair.gim.training import train_any
-    from selfrepair.tasks.counterfactual import get_task
+    from selfrepair.tasks.registry import get_task
 
     task = get_task("ioi")
     folder = Path(args.model)

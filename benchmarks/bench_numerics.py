@@ -116,7 +116,7 @@ def _coax_train_speed(steps: int) -> float:
 def _gim_train_speed(steps: int) -> float:
     """Paper C: the default l2h4 model on the arithmetic task, steps/s."""
     from selfrepair.gim.training import train_any
-    from selfrepair.tasks.counterfactual import get_task
+    from selfrepair.tasks.registry import get_task
 
     c = _config("gim")
     m = next(x for x in c["models"] if x["name"] == "l2h4")

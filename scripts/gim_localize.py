@@ -10,7 +10,7 @@ import pandas as pd  # noqa: E402
 from selfrepair.core import runtime  # noqa: E402
 from selfrepair.core.models import load_bridge, resolve_device  # noqa: E402
 from selfrepair.gim import circuits  # noqa: E402
-from selfrepair.tasks.counterfactual import get_task  # noqa: E402
+from selfrepair.tasks.registry import get_task  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
@@ -27,8 +27,10 @@ for method in p.methods:
     graph, scores, curve, summary = circuits.localize(
         bridge, data, method, tuple(p.fractions), int(p.batch_size), int(p.ig_steps)
     )
-    # the circuit file holds MIB's circuit at circuit_fraction: top int(f * n) |score|, pruned
-    mask = circuits.top_edges(graph, scores, circuits.n_edges_at(p.circuit_fraction, graph.n_edges), absolute=True)
+    # the circuit file holds MIB's circuit at circuit_fraction: int(f * n) edges by |score|, chosen
+    # by the method's rule (top-n; greedy from the logits for ifr), pruned
+    n_circuit = circuits.n_edges_at(p.circuit_fraction, graph.n_edges)
+    mask = circuits.select_edges(graph, scores, n_circuit, True, circuits.selection_rule(method))
     circuits.save_mib_json(Path(out.circuits) / f"{method}.json", graph, scores, mask)
     summaries.append({"task": p.task, "model": p.model_name, "seed": int(p.seed), **summary})
     curves.append(curve.assign(task=p.task, model=p.model_name, seed=int(p.seed)))

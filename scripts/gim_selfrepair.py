@@ -7,7 +7,7 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 from selfrepair.core import runtime  # noqa: E402
 from selfrepair.core.models import load_bridge, resolve_device  # noqa: E402
 from selfrepair.gim.selfrepair_attention import attention_selfrepair  # noqa: E402
-from selfrepair.tasks.counterfactual import get_task  # noqa: E402
+from selfrepair.tasks.registry import get_task  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821

@@ -8,7 +8,7 @@ import pandas as pd  # noqa: E402
 from selfrepair.core import runtime  # noqa: E402
 from selfrepair.core.models import load_bridge, resolve_device  # noqa: E402
 from selfrepair.gim import circuits  # noqa: E402
-from selfrepair.tasks.counterfactual import get_task  # noqa: E402
+from selfrepair.tasks.registry import get_task  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821

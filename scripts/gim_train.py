@@ -8,7 +8,7 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 from selfrepair.core import runtime  # noqa: E402
 from selfrepair.core.models import resolve_device  # noqa: E402
 from selfrepair.gim.training import train_any  # noqa: E402
-from selfrepair.tasks.counterfactual import get_task  # noqa: E402
+from selfrepair.tasks.registry import get_task  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821

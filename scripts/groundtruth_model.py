@@ -17,7 +17,7 @@ from selfrepair.gim import circuits
 from selfrepair.groundtruth import pipeline
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import ioi
-from selfrepair.tasks.counterfactual import get_task
+from selfrepair.tasks.registry import get_task
 from selfrepair.tasks.sequences import Batch
 
 smk = snakemake  # noqa: F821

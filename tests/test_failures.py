@@ -14,7 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from selfrepair.core import models, runtime, status
+from selfrepair.core import models, runtime
+from selfrepair.workflow import status
 from selfrepair.gim import circuits as C
 from selfrepair.tasks import sequences as S
 from selfrepair.tasks.counterfactual import CounterfactualBatch

@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 
-from selfrepair.core import readme_table
+from selfrepair.workflow import readme_table
 from selfrepair.heroes import tables as T
 
 

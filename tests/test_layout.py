@@ -1,10 +1,12 @@
 """The library's layout: a shared core, one package per paper, data generators in tasks.
 
-Dependencies point one way: scripts -> groundtruth -> paper packages (heroes, coax,
-gim) -> core and tasks. groundtruth compares every paper's methods on one
+Dependencies point one way: scripts -> workflow (the workflow's and the documents'
+tooling) -> groundtruth -> paper packages (heroes, coax, gim) -> core and tasks; core
+holds only computation that the papers share. groundtruth compares every paper's methods on one
 ground truth, so it may import all of them; nothing in the library imports it. A static
 scan of every ``import`` / ``from`` statement of src/selfrepair (at module level and
-inside functions) checks the direction; every module is also imported.
+inside functions) checks the direction and that no two modules import each other, however
+indirectly; every module is also imported.
 """
 
 import ast
@@ -20,7 +22,8 @@ SRC = ROOT / "src"
 PKG = SRC / "selfrepair"
 PAPERS = ("heroes", "coax", "gim")
 TOP = "groundtruth"  # above the papers: imports any layer, imported by none
-LAYERS = ("core", "tasks") + PAPERS + (TOP,)
+TOOLS = "workflow"  # the workflow's and the documents' tooling (status, readme_table): above everything
+LAYERS = ("core", "tasks") + PAPERS + (TOP, TOOLS)
 
 # Where the papers genuinely share code: paper C's toy IOI task is trained with paper B's
 # own recipe (attention-head dropout), coax.ioi_experiment.train_toy.
@@ -98,7 +101,11 @@ def test_dependencies_point_one_way():
             there = layer(dep)
             if here is None or there is None or here == there:
                 continue
-            if there == TOP:
+            if there == TOOLS:
+                bad.append(f"{m} -> {dep} (nothing in the library imports the workflow tooling)")
+            elif here == TOOLS:
+                continue
+            elif there == TOP:
                 bad.append(f"{m} -> {dep} (nothing in the library imports groundtruth)")
             elif here == TOP:
                 continue
@@ -148,3 +155,50 @@ def test_the_workflow_imports_stay_torch_free():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan), each sorted: the
+    modules that import each other, directly or through others."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_import_circles_are_found():
+    """The circle finder on hand-made graphs: a -> b -> c -> a is one circle, d alone none."""
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+    assert import_circles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}) == [["a", "b"], ["c", "d"]]
+
+
+def test_no_import_circle_between_modules():
+    """No module imports one that imports it back, at module level or inside a function."""
+    graph = {m: {d for d in imports(m) if d in ALL and d != m} for m in ALL}
+    # a package's __init__ re-exporting its modules is not a circle of code
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    assert import_circles(graph) == []

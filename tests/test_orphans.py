@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from selfrepair.core import runtime, status
+from selfrepair.core import runtime
+from selfrepair.workflow import status
 from test_workflow import BIN, ROOT, configs
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")

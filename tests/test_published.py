@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from selfrepair.core import published, readme_table
+from selfrepair.core import published
+from selfrepair.workflow import readme_table
 from selfrepair.core.published import Holds, NotRun
 
 ROOT = Path(__file__).resolve().parents[1]

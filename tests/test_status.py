@@ -1,4 +1,4 @@
-"""`python -m selfrepair.core.status`: the state of a workflow from its directory's files
+"""`python -m selfrepair.workflow.status`: the state of a workflow from its directory's files
 (hand-made Snakemake markers, locks and logs, values known by construction), and the
 default target's counts on a dry-run state."""
 
@@ -9,7 +9,7 @@ import pytest
 from snakemake.persistence.file import FilePersistence
 
 import golden_suite as G
-from selfrepair.core import status
+from selfrepair.workflow import status
 
 T0 = 1_790_000_000.0  # the hand-made run's clock
 

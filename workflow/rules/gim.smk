@@ -29,6 +29,7 @@ G_TRAIN_CODE = (
     "core/train",
     "core/models",
     "tasks/counterfactual",
+    "tasks/registry",
     "tasks/mcqa",
     "tasks/arithmetic",
     "tasks/classify",
@@ -45,6 +46,7 @@ G_CODE = (
     "gim/backward",
     "gim/circuits",
     "tasks/counterfactual",
+    "tasks/registry",
     "tasks/mcqa",
     "tasks/arithmetic",
 )

@@ -20,6 +20,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from selfrepair.core.device import resolve_device  # noqa: E402,F401  (models.resolve_device, as before)
+
 
 class ModelNotFound(FileNotFoundError):
     """Weights of a requested model are not on this machine."""
@@ -35,16 +37,6 @@ class NonFiniteWeights(ValueError):
     def __init__(self, message: str, file: Path, tensor: str):
         super().__init__(message)
         self.file, self.tensor = file, tensor
-
-
-def resolve_device(device: str = "auto") -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', not {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} requested but CUDA is not available here")
-    return device
 
 
 def gpt2_toy_config(

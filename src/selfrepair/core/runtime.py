@@ -46,7 +46,7 @@ def compute_setup(smk) -> str | None:
     if device is None:
         return None
     from selfrepair.core import numerics
-    from selfrepair.core.models import resolve_device
+    from selfrepair.core.device import resolve_device
 
     mode = getattr(smk.params, "numerics", None)
     if mode is None:

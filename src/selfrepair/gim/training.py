@@ -101,7 +101,7 @@ def train_toy_ioi(
 
 
 def train_any(task, folder, **kw) -> dict:
-    """Train and save a model for any task of ``tasks.counterfactual.get_task``."""
+    """Train and save a model for any task of ``tasks.registry.get_task``."""
     if isinstance(task, ToyIOI):
         return train_toy_ioi(task, folder, **kw)
     return train_task_model(task, folder, **kw)

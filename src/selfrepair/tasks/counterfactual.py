@@ -3,7 +3,7 @@
 :class:`CounterfactualBatch` is the data container of every counterfactual dataset
 (the toy tasks here and MIB's, ``tasks.mib``). A task is a word vocabulary plus a
 deterministic generator ``sample(n, seed)`` of ``CounterfactualBatch`` rows whose
-answer is read at the last position; ``get_task`` names them. Training a model on a
+answer is read at the last position; ``tasks.registry.get_task`` names them. Training a model on a
 task is paper C's (``selfrepair.gim.training``).
 """
 
@@ -115,22 +115,3 @@ class ToyIOI:
         corrupt[:, self.S2_POS] = p.io
         pos = torch.full((n,), clean.shape[1] - 1)
         return CounterfactualBatch(clean, corrupt, p.io, p.s, pos)
-
-
-def get_task(name: str):
-    """A counterfactual task by name: ``mcqa``, ``arithmetic``, ``ioi`` or ``classify``."""
-    if name == "mcqa":
-        from selfrepair.tasks.mcqa import MCQA
-
-        return MCQA()
-    if name == "arithmetic":
-        from selfrepair.tasks.arithmetic import Arithmetic
-
-        return Arithmetic()
-    if name == "ioi":
-        return ToyIOI()
-    if name == "classify":
-        from selfrepair.tasks.classify import Classify
-
-        return Classify()
-    raise ValueError(f"unknown task {name!r}; one of mcqa, arithmetic, ioi, classify")

@@ -1,6 +1,6 @@
 """Where a workflow stands: running, finished, failed or killed, and what it is doing.
 
-    python -m selfrepair.core.status [--directory DIR] [--logs N] [--no-summary] [-- SNAKEMAKE_ARGS]
+    python -m selfrepair.workflow.status [--directory DIR] [--logs N] [--no-summary] [-- SNAKEMAKE_ARGS]
     make status
 
 Read from the working directory's files only (instant, safe while a run goes on; it
@@ -523,7 +523,7 @@ def summary_lines(directory: Path, run: RunLog, snakefile: Path | None, args: li
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m selfrepair.core.status",
+        prog="python -m selfrepair.workflow.status",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
