@@ -389,20 +389,26 @@ def test_information_flow_routes_by_hand(bridges):
         parts.append(cache[f"blocks.{layer}.hook_mlp_out"])
     reads = {"logits": cache["ln_final.hook_in"], "a1.h1<v>": cache["blocks.1.hook_v_input"][:, :, 1]}
     reads["m0"] = cache["blocks.0.hook_mlp_in"]
+    # MIB's order: the mean over each example's positions (up to the one read: 5, 3 and 4
+    # of them), then the mean over the 3 examples; not the mean of the 12 pooled pairs
     for target, y in reads.items():
         j = graph.backward.index(target)
         parents = graph.valid[:, j].nonzero().flatten().tolist()
-        want = torch.zeros(len(parents))
-        n = 0
+        want, pooled, n = torch.zeros(len(parents)), torch.zeros(len(parents)), 0
         for b in range(3):
+            per_example = torch.zeros(len(parents))
             for t in range(int(data.pos[b]) + 1):
                 prox = []
                 for i in parents:
                     yy, p = y[b, t].double(), parts[i][b, t].double()
                     prox.append(max(float(yy.abs().sum() - (yy - p).abs().sum()), 0.0))
-                want += torch.tensor(prox) / sum(prox)
+                per_example += torch.tensor(prox) / sum(prox)
                 n += 1
-        torch.testing.assert_close(ifr[parents, j], (want / n).float(), atol=1e-5, rtol=1e-4)
+            want += per_example / (int(data.pos[b]) + 1)
+            pooled += per_example
+        torch.testing.assert_close(ifr[parents, j], (want / 3).float(), atol=1e-5, rtol=1e-4)
+        # the two orders differ here by more than the tolerance above (1e-5 + 1e-4 x a share <= 1)
+        assert (ifr[parents, j] - pooled / n).abs().max() > 2e-4
     assert (ifr >= 0).all() and (ifr[~graph.valid] == 0).all()
     assert (ifr.sum(0) <= 1 + 1e-5).all()
 

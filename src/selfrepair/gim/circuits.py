@@ -432,6 +432,69 @@ def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune:
     return prune_dangling(graph, mask) if prune else mask
 
 
+def greedy_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune: bool = True) -> torch.Tensor:
+    """MIB's greedy circuit (EAP-IG ``Graph.apply_greedy(n, absolute, prune=True)``), grown
+    backwards from ``logits`` so that every chosen edge feeds the circuit, as a mask.
+
+    The circuit starts as ``logits`` alone. An edge is a candidate once its child node is
+    in the circuit (a head's q/k/v inputs are one node). ``n`` times: the candidate with
+    the highest (signed or absolute) score joins, and if its parent was not yet in the
+    circuit the parent joins and the edges into it become candidates (``input`` has
+    none). Ties go to the candidate that became one first, then to the lower (forward,
+    backward) index (MIB: its edge-list order for the edges into ``logits``, the order
+    of a Python set for later ones). Then, with ``prune`` (the default, MIB's
+    evaluation), dangling edges are dropped (:func:`prune_dangling`): a parent that never
+    got an incoming edge loses its edges, so the circuit may hold fewer than ``n``."""
+    import heapq
+
+    if not 0 <= n <= graph.n_edges:
+        raise ValueError(f"n ({n}) must be between 0 and the graph's {graph.n_edges} edges")
+    s = (scores.abs() if absolute else scores).tolist()
+    columns: dict[str, list[int]] = {}  # node -> the backward columns that are its inputs
+    for j, v in enumerate(graph.backward):
+        columns.setdefault(_node_of(v), []).append(j)
+    parents = [graph.valid[:, j].nonzero().flatten().tolist() for j in range(len(graph.backward))]
+    heap: list[tuple[float, int, int, int]] = []
+    opened = {"logits"}
+
+    def open_node(node):  # its input edges become candidates, after every earlier one on ties
+        rank = len(opened)
+        for j in columns.get(node, ()):
+            for i in parents[j]:
+                heapq.heappush(heap, (-s[i][j], rank, i, j))
+
+    open_node("logits")
+    mask = torch.zeros_like(graph.valid)
+    for _ in range(n):
+        _, _, i, j = heapq.heappop(heap)
+        mask[i, j] = True
+        u = graph.forward[i]
+        if u not in opened:
+            opened.add(u)
+            open_node(u)
+    return prune_dangling(graph, mask) if prune else mask
+
+
+# How MIB picks the circuit of n edges from a method's scores (``run_evaluation.py``:
+# greedy for information flow routes, top-n for every other method); both then prune.
+SELECTIONS = {"topn": top_edges, "greedy": greedy_edges}
+METHOD_SELECTION = {"ifr": "greedy"}  # a method absent here: "topn"
+
+
+def selection_rule(method: str) -> str:
+    """The name (a key of :data:`SELECTIONS`) of MIB's circuit selection for ``method``."""
+    return METHOD_SELECTION.get(method, "topn")
+
+
+def select_edges(
+    graph: Graph, scores: torch.Tensor, n: int, absolute: bool, selection: str = "topn", prune: bool = True
+) -> torch.Tensor:
+    """The circuit of ``n`` edges by the selection rule ``selection`` (:data:`SELECTIONS`)."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection {selection!r}; one of {tuple(SELECTIONS)}")
+    return SELECTIONS[selection](graph, scores, n, absolute, prune)
+
+
 @_on_prepared
 def faithfulness_curve(
     bridge,
@@ -441,20 +504,26 @@ def faithfulness_curve(
     fractions=FRACTIONS,
     absolute: bool = False,
     batch_size: int = 64,
+    selection: str = "topn",
 ) -> dict:
     """f(C) = (m(C) - m(empty)) / (m(M) - m(empty)) at each edge fraction, MIB's way:
-    C = the top ``int(fraction * n_edges)`` edges with dangling edges pruned
-    (``n_edges``: that count; ``n_kept``: the edges left after pruning)."""
+    C = ``int(fraction * n_edges)`` edges chosen by ``selection`` (``"topn"``: the top
+    edges, ``"greedy"``: :func:`greedy_edges`; :func:`selection_rule` gives a method's)
+    with dangling edges pruned (``n_edges``: that count; ``n_kept``: the edges left
+    after pruning)."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection {selection!r}; one of {tuple(SELECTIONS)}")
     m_full = run_circuit(bridge, graph, data, graph.valid, batch_size).mean().item()
     m_empty = run_circuit(bridge, graph, data, torch.zeros_like(graph.valid), batch_size).mean().item()
     rows = []
     for frac in fractions:
         n = n_edges_at(frac, graph.n_edges)
-        mask = top_edges(graph, scores, n, absolute)
+        mask = select_edges(graph, scores, n, absolute, selection)
         m = run_circuit(bridge, graph, data, mask, batch_size).mean().item()
         rows.append(
             {
                 "fraction": frac,
+                "selection": selection,
                 "n_edges": n,
                 "n_kept": int(mask.sum()),
                 "metric": m,
@@ -610,7 +679,8 @@ def from_mib_json(
 def localize(
     bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS, batch_size: int = 64, ig_steps: int = 5
 ):
-    """Scores of one method, and its two faithfulness curves (signed and absolute).
+    """Scores of one method, and its two faithfulness curves (signed and absolute), with
+    the method's circuit selection rule (:func:`selection_rule`: greedy for ``ifr``).
 
     Returns (graph, scores, curves DataFrame, summary dict with CPR and CMD).
     """
@@ -621,7 +691,9 @@ def localize(
     rows = []
     summary = {"method": method, "n_edges": graph.n_edges}
     for kind, absolute in (("signed", False), ("absolute", True)):
-        curve = faithfulness_curve(bridge, graph, data, scores, fractions, absolute, batch_size)
+        curve = faithfulness_curve(
+            bridge, graph, data, scores, fractions, absolute, batch_size, selection=selection_rule(method)
+        )
         for p in curve["points"]:
             rows.append(
                 {"method": method, "ranking": kind, **p, "m_full": curve["m_full"], "m_empty": curve["m_empty"]}
@@ -711,18 +783,30 @@ def proximity_shares(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     return prox / prox.sum(-1, keepdim=True).clamp(min=torch.finfo(prox.dtype).tiny)
 
 
+def position_weights(pos: torch.Tensor, n_pos: int) -> torch.Tensor:
+    """[B, n_pos] weights of a per-example mean over positions: 1 / (pos_b + 1) at the
+    positions 0 .. pos_b of example b (up to the one whose logits are read), 0 after.
+    Summed against per-position values they give each example's mean over its own
+    positions, whatever its length; dividing the sum over examples by their number then
+    averages the examples (not the pooled (example, position) pairs)."""
+    live = (torch.arange(n_pos)[None, :] <= pos[:, None]).float()
+    return live / live.sum(1, keepdim=True).clamp(min=1)
+
+
 @_on_prepared
 def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64) -> torch.Tensor:
     """Information flow routes on the clean run only (no corrupted input, no gradient).
 
     score(u->v) = :func:`proximity_shares` of a_u within v's actual input (the residual
     stream v reads, biases included, so the parents' shares can sum to less than 1),
-    averaged over examples and over the positions up to the one whose logits are read
-    (later positions cannot reach it). Scores are >= 0, so the signed and the absolute
+    averaged per example over the positions up to the one whose logits are read (later
+    positions cannot reach it; with right padding and the logits read at the last
+    token, these are the example's unpadded positions), then averaged over examples:
+    MIB's order (EAP-IG ``get_scores_information_flow_routes``), so an example counts
+    the same whatever its length. Scores are >= 0, so the signed and the absolute
     rankings are the same.
     """
     total = torch.zeros(graph.valid.shape)
-    weight = 0.0
     groups = _column_groups(graph)
     for b in data.batches(batch_size):
         inputs = {}
@@ -735,17 +819,15 @@ def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, bat
 
         names = dict.fromkeys(g[0] for g in groups)
         _, a = forward_activations(bridge, graph, b.clean, hooks=[(name, keep(name)) for name in names])
-        t = a.shape[1]
-        live = (torch.arange(t)[None, :] <= b.pos[:, None]).to(a.dtype)  # [B, T]
-        weight += float(live.sum())
+        live = position_weights(b.pos.cpu(), a.shape[1]).to(a.device, a.dtype)  # [B, T]
         for name, slot, cols in groups:
             y = inputs[name] if slot is None else inputs[name][:, :, slot]
             parents = graph.valid[:, cols[0]]
             shares = proximity_shares(a[:, :, parents], y)  # [B, T, K]
-            s = torch.einsum("btk,bt->k", shares, live)
+            s = torch.einsum("btk,bt->k", shares, live).to(total.device)
             for j in cols:
                 total[parents, j] += s
-    return (total / weight) * graph.valid
+    return (total / len(data)) * graph.valid
 
 
 EACTP_MAX_EDGES = 5000  # config gim.eactp_max_edges
@@ -924,14 +1006,14 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
 
         m = mib.groupby("method").cpr.mean()
         pairs = mib[["task", "model"]].drop_duplicates()
-        others = [k for k in ("eap", "eap-ig") if k in m]
+        others = [k for k in ("eap", "eap-ig", "ifr") if k in m]  # the claim's baselines that run here
         holds = bool(all(m["gim"] > m[k] for k in others))
         out["gim_best_mean_cpr"] = Holds(
             holds,
             "MIB models present locally, mean CPR over "
             f"{len(pairs)} (model, dataset) pairs: "
             + ", ".join(f"{k} {v:.3f}" for k, v in m.items())
-            + " (Hybrid-ens and IFR are not implemented here)",
+            + " (Hybrid-ens is not implemented here)",
         )
     if {"gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm"} <= set(df.method):
         unit = ["task", "model"] + (["seed"] if "seed" in df else [])
