@@ -21,7 +21,8 @@ PUB_SYN = {s: pub[f"synthetic_{s}_auc"] for s in ("clean_energy", "clean_answer"
 PUB_IOI = {m: pub[c] for c, m in score.IOI_AUC_CLAIMS.items() if not c.endswith("_r21")}
 REL_IOI = {m: pub[c] for c, m in score.IOI_AUC_CLAIMS.items() if c.endswith("_r21")}
 PUB_WAKE = [pub[f"wakeup_ratio_{k}"] for k in range(4)]
-IOI_ORDER = ["single", "atp", "atp_mag", "eap_ig", "atp_star", "atp_star_2s", "cond_grad", "amp_ratio", "coax"]
+IOI_ORDER = ["single", "atp", "atp_mag", "eap_ig", "atp_star", "atp_star_2s", "cond_grad", "atp_2s", "amp_ratio"]
+IOI_ORDER += ["coax"]
 fig, ax = plt.subplots(figsize=(6, 4))
 if kind == "synthetic":
     d = t["synthetic"]

@@ -9,7 +9,7 @@ import yaml
 
 import golden_suite as G
 from selfrepair.coax import score as coax
-from selfrepair.coax.baselines import AMP_EPS, DISCOVERY_METHODS
+from selfrepair.coax.baselines import DISCOVERY_METHODS
 
 ROOT = G.ROOT
 TARGETS = ["results/published/coax.csv", "results/coax/figures/discovery.png", "results/coax/figures/induction.png"]
@@ -69,8 +69,8 @@ def test_paper_b_rules_end_to_end(coax_run):
 SCORE_ABS, SCORE_REL = 3e-8, 1e-4
 # The release-2.1.0 gradient baselines (atp_mag, cond_grad, atp_star_2s, computed like atp
 # and atp_star) were added without a native-numerics measurement and are held to the same
-# tolerances. amp_ratio = cond / (single + eps) divides by energies down to ~5e-7, so it
-# is held to what those tolerances allow its inputs (first order, ``_amp_ratio_tol``).
+# tolerances. amp_ratio = cond / single divides by energies down to ~5e-7, so it is held
+# to what those tolerances allow its inputs (first order, ``_amp_ratio_tol``).
 SCORE_COLUMNS = [c for c in G.COAX_SCORE_COLUMNS if c not in ("wake", "backup", "amp_ratio")]
 # Ground truth per head (drop, backup score): logit-difference drops of ~1e-4 of a barely
 # trained toy model, at the float32 floor: max abs movement 2.2e-7 (rel up to 0.63 on the
@@ -97,15 +97,14 @@ def _score_tol(x):
     return np.maximum(SCORE_ABS, SCORE_REL * np.abs(np.asarray(x, float)))
 
 
-def _amp_ratio_tol(g, amp_eps):
-    """Per head, how far amp_ratio may move when its cond and single energies each move
-    within the score tolerance (eps = amp_eps x the candidates' mean single moves too)."""
+def _amp_ratio_tol(g):
+    """Per head, how far amp_ratio = cond / single (0 where single is 0, the release's
+    definition) may move when its cond and single energies each move within the score
+    tolerance (first order); 0 where the ratio is 0 by definition."""
     single, cond = g["single"].to_numpy(float), g["cond"].to_numpy(float)
-    cand = ~np.isnan(cond)
-    den = single + amp_eps * single[cand].mean()
-    d_den = _score_tol(single) + amp_eps * _score_tol(single[cand]).mean()
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.abs(g["amp_ratio"].to_numpy(float)) * (_score_tol(cond) / np.abs(cond) + d_den / den)
+        tol = np.abs(g["amp_ratio"].to_numpy(float)) * (_score_tol(cond) / np.abs(cond) + _score_tol(single) / single)
+    return np.where(single > 0, tol, 0.0)
 
 
 def _role_margins(g, n_primary, backup_frac):
@@ -140,7 +139,7 @@ def test_coax_tiny_run_matches_golden_values(coax_run):
         assert G.close(h[col], gh[col], rel=SCORE_REL, abs=SCORE_ABS), col
     assert G.close(h["wake"], gh["wake"], rel=WAKE_REL)
     cfg = _ioi_cfg()
-    amp_tol = _amp_ratio_tol(gh, cfg.get("amp_eps", AMP_EPS))
+    amp_tol = _amp_ratio_tol(gh)
     moved = np.abs(h["amp_ratio"].to_numpy(float) - gh["amp_ratio"].to_numpy(float))
     assert (np.isnan(moved) == gh["amp_ratio"].isna().to_numpy()).all()
     assert (moved[~np.isnan(moved)] <= amp_tol[~np.isnan(moved)]).all()
@@ -169,7 +168,7 @@ def test_coax_tiny_run_matches_golden_values(coax_run):
             break  # another ground truth: AUCs of another labelling, not comparable
         assert row["n_backups"] == grow["n_backups"]
         s = DISCOVERY_METHODS[row["method"]](cand)
-        tol = _amp_ratio_tol(cand, cfg.get("amp_eps", AMP_EPS)) if row["method"] == "amp_ratio" else _score_tol(s)
+        tol = _amp_ratio_tol(cand) if row["method"] == "amp_ratio" else _score_tol(s)
         ties = _near_ties(s, cand["backup"].astype(bool), tol)
         assert abs(row["roc_auc"] - grow["roc_auc"]) <= ties / (n_pos * (len(cand) - n_pos)) + 1e-12, row["method"]
         assert abs(row["hits"] - grow["hits"]) <= ties, row["method"]

@@ -1,35 +1,45 @@
 """Head-level baselines of paper B, on the same units and data as COAX.
 
-All estimate the change of a task metric ``L`` (a function of the [B, T, V] logits,
-averaged over prompts) when a head's output z is zero-ablated:
+The definitions follow the COAX authors' release 2.1.0 (repository
+GongZhiren/Conditional-Co-Ablation, commit 33f1f0231debd8800141be32918e05f3d2f11598:
+src/curvgraph/baselines.py, experiments/paper/backup_recovery_full.py and
+conditional_gradient_contrast.py), re-implemented here. All estimate the change of a
+task metric ``L`` (a function of the [B, T, V] logits, the mean over prompts of a
+per-prompt metric L_b) when a head's output z is zero-ablated. Prompt b's AtP is
+AtP_b = -z_b . dL_b/dz_b, summed over positions and head dims:
 
-- AtP: -z . dL/dz (first-order Taylor, one forward and one backward), summed over
-  positions and prompts: the signed effect on the mean metric; discovery ranks |AtP|;
-- AtP, magnitude convention (``atp_mag``, the COAX authors' release 2.1.0 "AtP averages
-  magnitudes"): mean over prompts of |per-prompt AtP|, so opposite per-prompt signs add
-  up instead of cancelling;
-- EAP-IG: -z . mean_k dL/dz at the states where every head's z is scaled by
-  alpha_k = (k - 1/2) / steps, k = 1..steps (integrated gradients on the activations,
-  from the all-ablated state to the clean one; midpoint rule; steps = 5), the signed
-  aggregate over prompts; discovery ranks its magnitude;
-- AtP* with GradDrop: for each layer l, AtP recomputed with the gradient through
-  layer l's residual contribution (attention and MLP outputs) zeroed, forward
-  unchanged (the residual skip past layer l still carries gradient); the score is
-  sum_l |AtP_l| / (L - 1) (Kramar et al. 2024);
-- conditional gradient (``cond_grad``): AtP at COAX's conditional state, the primaries S
-  zero-ablated, i.e. the first-order estimate of L(S + u ablated) - L(S ablated);
-  discovery ranks its magnitude;
-- two-state AtP* (``atp_star_2s``): AtP* GradDrop at the S-ablated state minus AtP*
-  GradDrop at the clean state, the gradient analogue of COAX's comp = cond - single;
-  discovery ranks the signed growth;
-- amplification ratio (``amp_ratio``): cond_u / (single_u + eps) from the COAX table,
-  eps = ``amp_eps`` x the mean single energy of the candidates (a normalized COAX);
+- AtP (``atp``, ours): the signed mean over prompts of AtP_b (prompts of opposite sign
+  cancel); discovery ranks |atp|;
+- AtP (``atp_mag``, the release's AtP): mean over prompts of |AtP_b|;
+- EAP-IG (``eap_ig``, activation-space): for each attention layer on its own, that layer's
+  z (all its heads) is set to alpha_k z_clean, alpha_k = k / steps, k = 1..steps, with
+  everything upstream clean and every later layer recomputed from it; the gradient
+  w.r.t. the interpolated z, averaged over the steps, times -z_clean, summed over
+  positions, head dims and (signed) prompts, divided by the number of prompts; the score
+  is the magnitude of that aggregate. With steps = 1 (alpha = 1, the clean state) it is
+  |atp|;
+- AtP* GradDrop (``atp_star``): for each layer l, the prompt's AtP recomputed with layer
+  l's residual contribution (attention and MLP outputs) detached, forward unchanged (the
+  residual skip past layer l still carries gradient); per prompt, sum over l of |AtP_l,b|
+  / (L - 1), then the mean over prompts (Kramar et al. 2024);
+- conditional gradient (``cond_grad``): ``atp_mag`` at COAX's conditional state, the
+  primaries S zero-ablated (their outputs and the gradients through them are 0);
+- two-state AtP (``atp_2s``): cond_grad - atp_mag (the release's "AtP two-state
+  difference"), ranked signed;
+- two-state AtP* (``atp_star_2s``): AtP* GradDrop with S zero-ablated minus AtP*
+  GradDrop intact, ranked signed (the gradient analogue of COAX's comp = cond - single);
+- amplification ratio (``amp_ratio``): cond_u / single_u from the COAX table where
+  single_u > 0, else 0 (the release's NaN, set to 0 before ranking);
+- ``amp_ratio_eps`` (ours, not ranked): cond_u / (single_u + eps), eps = ``amp_eps`` x
+  the candidates' mean single energy (a ratio that stays finite for tiny singles);
 - single-ablation energy: :func:`selfrepair.coax.single_energies`.
 
-The COAX authors' code is not available here: cond_grad, atp_star_2s, amp_ratio and
-atp_mag are implemented from the definitions of their release 2.1.0 as we read them
-(docs/PAPERS.md, paper B). Heads inside S get NaN for the conditional scores, as COAX's
-cond does (they cannot be ablated again).
+Ours differs in one convention: heads inside S get NaN for the conditional scores (as
+COAX's cond does: they cannot be ablated again), where the release gives them 0. They are
+never candidates (run_ioi scores the heads outside S only), so no ranking sees the NaN.
+
+The batched gradient of the mean metric is g_b = dL/dz_b = (1/B) dL_b/dz_b, so -z_b . g_b
+is AtP_b / B: sums over prompts of it (or of its magnitude) are the means over prompts.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from selfrepair.core.components import Component
 from selfrepair.core.interventions import make_hooks
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
-AMP_EPS = 1e-3  # amp_ratio's eps as a share of the candidates' mean single energy
+AMP_EPS = 1e-3  # amp_ratio_eps's eps as a share of the candidates' mean single energy
 
 
 def _grads(
@@ -89,19 +99,27 @@ def _grads(
     return out
 
 
+def _per_prompt(zg: dict, h: Component) -> torch.Tensor:
+    """[B]: -z_b . g_b of head ``h`` per prompt b, summed over positions and head dims. L is
+    the mean over the B prompts, so g_b = (1/B) dL_b/dz_b and this is AtP_b / B."""
+    z, g = zg[h.hook]
+    return -(z[:, :, h.head, :] * g[:, :, h.head, :]).sum((-1, -2))
+
+
+def _signed(zg: dict, heads: Sequence[Component]) -> dict:
+    """Per head, the signed mean over prompts of AtP_b."""
+    return {h.name: float(_per_prompt(zg, h).sum()) for h in heads}
+
+
+def _magnitude(zg: dict, heads: Sequence[Component]) -> dict:
+    """Per head, the mean over prompts of |AtP_b|."""
+    return {h.name: float(_per_prompt(zg, h).abs().sum()) for h in heads}
+
+
 def _head_scores(zg: dict, heads: Sequence[Component], n_prompts: int, absolute_per_prompt: bool = False) -> dict:
-    """Per head, -sum over prompts of z_b . g_b (``absolute_per_prompt``: sum of |z_b . g_b|),
-    each summed over positions. L is a mean over the B prompts, so g_b = (1/B) dL_b/dz_b
-    and both sums are means over prompts: of the signed AtP, or of its magnitude."""
-    out = {}
-    for h in heads:
-        z, g = zg[h.hook]
-        prod = (z[:, :, h.head, :] * g[:, :, h.head, :]).sum((-1, -2))  # [B]
-        if absolute_per_prompt:
-            out[h.name] = float(prod.abs().sum())
-        else:
-            out[h.name] = float(-prod.sum())
-    return out
+    """:func:`_signed`, or :func:`_magnitude` with ``absolute_per_prompt`` (``n_prompts``
+    is unused: g already carries the 1/B of the mean metric). Kept for coax.pruning."""
+    return _magnitude(zg, heads) if absolute_per_prompt else _signed(zg, heads)
 
 
 def _outside(scores: dict, heads: Sequence[Component], ablate: Sequence[Component]) -> dict:
@@ -111,50 +129,66 @@ def _outside(scores: dict, heads: Sequence[Component], ablate: Sequence[Componen
 
 
 def atp(bridge, tokens, heads: Sequence[Component], metric: Metric) -> dict[str, float]:
-    """AtP estimate of L(z_h := 0) - L(clean) per head."""
+    """AtP estimate of L(z_h := 0) - L(clean) per head: the signed mean of AtP_b."""
     zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric)
-    return _head_scores(zg, heads, tokens.shape[0])
+    return _signed(zg, heads)
 
 
 def atp_mag(bridge, tokens, heads: Sequence[Component], metric: Metric) -> dict[str, float]:
-    """Mean over prompts of |AtP of the prompt| per head (the magnitude convention)."""
+    """Mean over prompts of |AtP_b| per head (the release's AtP)."""
     zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric)
-    return _head_scores(zg, heads, tokens.shape[0], absolute_per_prompt=True)
+    return _magnitude(zg, heads)
 
 
 def cond_grad(
     bridge, tokens, heads: Sequence[Component], primaries: Sequence[Component], metric: Metric
 ) -> dict[str, float]:
-    """AtP at the conditional state: estimate of L(S + h ablated) - L(S ablated) per head,
-    S = ``primaries`` zero-ablated as in COAX's cond (NaN for heads in S)."""
+    """Mean over prompts of |AtP_b| at the conditional state, ``primaries`` (S)
+    zero-ablated as in COAX's cond: per prompt, the first-order estimate of
+    L_b(S + h ablated) - L_b(S ablated), in magnitude (NaN for heads in S)."""
     zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric, ablate=primaries)
-    return _outside(_head_scores(zg, heads, tokens.shape[0]), heads, primaries)
+    return _outside(_magnitude(zg, heads), heads, primaries)
+
+
+def atp_2s(
+    bridge,
+    tokens,
+    heads: Sequence[Component],
+    primaries: Sequence[Component],
+    metric: Metric,
+    intact: dict[str, float] | None = None,
+    cond: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """Two-state AtP: :func:`cond_grad` minus :func:`atp_mag` (``intact``, ``cond``: the
+    two when already computed); NaN for heads in S."""
+    intact = intact if intact is not None else atp_mag(bridge, tokens, heads, metric)
+    cond = cond if cond is not None else cond_grad(bridge, tokens, heads, primaries, metric)
+    return {h.name: cond[h.name] - intact[h.name] for h in heads}
+
+
+def _ig_layer(bridge, tokens, layer: int, metric: Metric, steps: int):
+    """(z_clean, mean over k = 1..steps of dL/dz) of layer ``layer``'s ``hook_z`` when that
+    layer alone is set to (k / steps) z_clean (later layers recomputed from it)."""
+    hook = f"blocks.{layer}.attn.hook_z"
+    total = 0.0
+    for k in range(1, steps + 1):
+        z, g = _grads(bridge, tokens, [layer], metric, scale=k / steps)[hook]
+        total = total + g
+    return z, total / steps  # the last step is alpha = 1: z is the clean output
 
 
 def eap_ig(bridge, tokens, heads: Sequence[Component], metric: Metric, steps: int = 5) -> dict[str, float]:
-    """Integrated-gradients estimate of L(z_h := 0) - L(clean), ``steps`` points.
-
-    The path scales every head's output (all layers at once) by alpha from 0 (every
-    head ablated) to 1 (clean); the gradient w.r.t. each scaled z is averaged at the
-    midpoints alpha_k = (k - 1/2) / steps and multiplied by -z_clean. For a model
-    linear in z this gives a head its direct effect plus the mean over alpha of its
-    effect through the (scaled) downstream heads. The products are summed over
-    positions and prompts with their signs (the signed aggregate over the dataset).
-    """
-    layers = sorted({h.layer for h in heads})
-    total: dict[str, torch.Tensor | float] = {h.name: 0.0 for h in heads}
-    for k in range(1, steps + 1):
-        zg = _grads(bridge, tokens, layers, metric, scale=(k - 0.5) / steps)
-        for h in heads:
-            total[h.name] = total[h.name] + zg[h.hook][1][:, :, h.head, :]
-    names = {h.hook for h in heads}
-    with torch.no_grad():
-        _, cache = bridge.run_with_cache(tokens, names_filter=lambda n: n in names)
+    """Activation-space EAP-IG per head (module docstring): |signed mean over prompts of
+    -z_clean . mean_k dL/dz|, one attention layer interpolated at a time, ``steps`` right
+    endpoints alpha_k = k / steps; steps x (number of layers) forward-backward passes."""
+    if steps < 1:
+        raise ValueError(f"eap_ig needs steps >= 1, not {steps!r}")
     out = {}
-    for h in heads:
-        z = cache[h.hook][:, :, h.head, :].detach()
-        out[h.name] = float(-(z * total[h.name] / steps).sum())
-    return out
+    for layer in sorted({h.layer for h in heads}):
+        zg = {f"blocks.{layer}.attn.hook_z": _ig_layer(bridge, tokens, layer, metric, steps)}
+        mine = [h for h in heads if h.layer == layer]
+        out.update({name: abs(v) for name, v in _signed(zg, mine).items()})
+    return {h.name: out[h.name] for h in heads}
 
 
 def atp_star_graddrop(
@@ -165,15 +199,16 @@ def atp_star_graddrop(
     n_layers: int | None = None,
     ablate: Sequence[Component] = (),
 ) -> dict[str, float]:
-    """AtP* GradDrop: sum over layers l of |AtP with layer l's gradient dropped| / (L-1),
-    with the components ``ablate`` zero-ablated (default: none, the clean state)."""
+    """AtP* GradDrop: mean over prompts of sum over layers l of |AtP_b with layer l's
+    gradient dropped| / (L-1), with the components ``ablate`` zero-ablated (default:
+    none, the intact model; an ablated head's z is 0, and so is its score)."""
     n_layers = n_layers or bridge.cfg.n_layers
     layers = sorted({h.layer for h in heads})
     acc = {h.name: 0.0 for h in heads}
     for dropped in range(n_layers):
         zg = _grads(bridge, tokens, layers, metric, drop_layer=dropped, ablate=ablate)
-        for name, v in _head_scores(zg, heads, tokens.shape[0]).items():
-            acc[name] += abs(v)
+        for name, v in _magnitude(zg, heads).items():
+            acc[name] += v
     return {k: v / max(n_layers - 1, 1) for k, v in acc.items()}
 
 
@@ -186,14 +221,32 @@ def atp_star_2s(
     clean: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Two-state AtP*: AtP* GradDrop with ``primaries`` zero-ablated minus AtP* GradDrop
-    on the clean model (``clean``: the latter, when already computed); NaN for heads in S."""
+    on the intact model (``clean``: the latter, when already computed); NaN for heads in S."""
     clean = clean if clean is not None else atp_star_graddrop(bridge, tokens, heads, metric)
     cond = atp_star_graddrop(bridge, tokens, heads, metric, ablate=primaries)
     return _outside({h.name: cond[h.name] - clean[h.name] for h in heads}, heads, primaries)
 
 
-def amp_ratio(coax_table: pd.DataFrame, amp_eps: float = AMP_EPS) -> dict[str, float]:
-    """cond_u / (single_u + eps) per unit of a COAX table (unit, single, cond).
+def _energies(coax_table: pd.DataFrame) -> pd.DataFrame:
+    """(single, cond) per unit of a COAX table; ValueError on a negative energy."""
+    t = coax_table.set_index("unit")[["single", "cond"]].astype(float)
+    negative = t.index[(t < 0).any(axis=1)]
+    if len(negative):
+        raise ValueError(f"energies must be >= 0; negative single or cond for {', '.join(negative)}")
+    return t
+
+
+def amp_ratio(coax_table: pd.DataFrame) -> dict[str, float]:
+    """cond_u / single_u per unit of a COAX table (unit, single, cond) where single_u > 0,
+    0 where single_u = 0 (the release's NaN, set to 0 before ranking); NaN for the units
+    in S (cond NaN). Raises ValueError on a negative energy."""
+    t = _energies(coax_table)
+    ratio = (t["cond"] / t["single"].where(t["single"] > 0)).fillna(0.0)
+    return ratio.where(t["cond"].notna()).to_dict()
+
+
+def amp_ratio_eps(coax_table: pd.DataFrame, amp_eps: float = AMP_EPS) -> dict[str, float]:
+    """cond_u / (single_u + eps) per unit of a COAX table (unit, single, cond), ours.
 
     eps = ``amp_eps`` x the mean single energy over the candidates, the units with a cond
     (the ones outside S; units in S, whose cond is NaN, get NaN). Raises ValueError on a
@@ -202,10 +255,7 @@ def amp_ratio(coax_table: pd.DataFrame, amp_eps: float = AMP_EPS) -> dict[str, f
     """
     if not amp_eps > 0:
         raise ValueError(f"amp_eps must be > 0, not {amp_eps!r}")
-    t = coax_table.set_index("unit")[["single", "cond"]].astype(float)
-    negative = t.index[(t < 0).any(axis=1)]
-    if len(negative):
-        raise ValueError(f"energies must be >= 0; negative single or cond for {', '.join(negative)}")
+    t = _energies(coax_table)
     cand = t[t["cond"].notna()]
     eps = amp_eps * float(cand["single"].mean()) if len(cand) else float("nan")
     if not eps > 0:
@@ -228,48 +278,51 @@ def all_scores(
     amp_eps: float = AMP_EPS,
 ) -> pd.DataFrame:
     """One table: unit, single (energy), atp, eap_ig, atp_star, cond, comp, then atp_mag,
-    cond_grad, atp_star_2s, amp_ratio. ``primaries``: COAX's seed S (the conditional
-    scores are taken with S zero-ablated). Discovery ranks: :data:`DISCOVERY_METHODS`.
+    cond_grad, atp_star_2s, amp_ratio, atp_2s, amp_ratio_eps (``amp_eps``: its eps
+    share). ``primaries``: COAX's seed S (the conditional scores are taken with S
+    zero-ablated). Discovery ranks: :data:`DISCOVERY_METHODS`.
     """
     heads, primaries = list(heads), list(primaries)
-    a = atp(bridge, tokens, heads, metric)
-    ig = eap_ig(bridge, tokens, heads, metric, ig_steps)
     gd = atp_star_graddrop(bridge, tokens, heads, metric)
     mag = atp_mag(bridge, tokens, heads, metric)
     cg = cond_grad(bridge, tokens, heads, primaries, metric)
-    gd2 = atp_star_2s(bridge, tokens, heads, primaries, metric, clean=gd)
+    mine = coax_table[coax_table["unit"].isin([h.name for h in heads])]
+    cols = {
+        "atp": atp(bridge, tokens, heads, metric),
+        "eap_ig": eap_ig(bridge, tokens, heads, metric, ig_steps),
+        "atp_star": gd,
+        "atp_mag": mag,
+        "cond_grad": cg,
+        "atp_star_2s": atp_star_2s(bridge, tokens, heads, primaries, metric, clean=gd),
+        "amp_ratio": amp_ratio(mine),
+        "atp_2s": atp_2s(bridge, tokens, heads, primaries, metric, intact=mag, cond=cg),
+        "amp_ratio_eps": amp_ratio_eps(mine, amp_eps),
+    }
     t = coax_table.set_index("unit")
-    amp = amp_ratio(coax_table[coax_table["unit"].isin([h.name for h in heads])], amp_eps)
     rows = []
     for h in heads:
-        rows.append(
-            {
-                "unit": h.name,
-                "single": t.loc[h.name, "single"],
-                "atp": a[h.name],
-                "eap_ig": ig[h.name],
-                "atp_star": gd[h.name],
-                "cond": t.loc[h.name, "cond"],
-                "comp": t.loc[h.name, "comp"],
-                "atp_mag": mag[h.name],
-                "cond_grad": cg[h.name],
-                "atp_star_2s": gd2[h.name],
-                "amp_ratio": amp[h.name],
-            }
-        )
+        row = {"unit": h.name, "single": t.loc[h.name, "single"]}
+        row.update({c: cols[c][h.name] for c in ("atp", "eap_ig", "atp_star")})
+        row.update({c: t.loc[h.name, c] for c in ("cond", "comp")})
+        row.update({c: v[h.name] for c, v in cols.items() if c not in row})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 # Discovery ranking score per method, from an all_scores table (higher = more likely a
-# backup): magnitudes of the signed estimates, the others as they are.
+# backup), the release's scores as they come (atp_mag, cond_grad, atp_star, eap_ig are
+# magnitudes; atp_star_2s, atp_2s and COAX's comp signed growths; amp_ratio >= 0); our
+# signed atp by its magnitude. atp_2s is computed from its two terms (the same float64
+# subtraction as its column), so tables that keep only those two columns rank it too.
 DISCOVERY_METHODS = {
     "single": lambda t: t["single"],
     "atp": lambda t: t["atp"].abs(),
-    "eap_ig": lambda t: t["eap_ig"].abs(),
+    "eap_ig": lambda t: t["eap_ig"],
     "atp_star": lambda t: t["atp_star"],
     "coax": lambda t: t["comp"],
     "atp_mag": lambda t: t["atp_mag"],
-    "cond_grad": lambda t: t["cond_grad"].abs(),
+    "cond_grad": lambda t: t["cond_grad"],
     "atp_star_2s": lambda t: t["atp_star_2s"],
     "amp_ratio": lambda t: t["amp_ratio"],
+    "atp_2s": lambda t: t["cond_grad"] - t["atp_mag"],
 }
