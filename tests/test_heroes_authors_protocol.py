@@ -5,8 +5,8 @@ import math
 
 import pandas as pd
 
-from selfrepair.workflow import readme_table
 from selfrepair.heroes import tables as T
+from selfrepair.workflow import readme_table
 
 
 def _published():

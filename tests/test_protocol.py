@@ -213,7 +213,14 @@ def test_claims_table_scales_layer_counts_and_marks_status():
 def test_claims_table_per_seed_rho_role_counts_and_bloat_ablation_from_components():
     rho = pd.DataFrame({"cell": ["default", "authors"], "task": ["sort", "sort"], "rho_mean": [0.6, 0.3]})
     sup = pd.DataFrame(
-        {"cell": ["authors"], "task": ["sort"], "group": ["bloat"], "mean_individual": [0.02], "mean_joint": [0.075], "ratio": [3.75]}
+        {
+            "cell": ["authors"],
+            "task": ["sort"],
+            "group": ["bloat"],
+            "mean_individual": [0.02],
+            "mean_joint": [0.075],
+            "ratio": [3.75],
+        }
     )
     empty = pd.DataFrame(columns=["cell", "task", "layer", "threshold", "G_mean", "hero_per10", "bloat_per10"])
 

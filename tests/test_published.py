@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from selfrepair.core import published
-from selfrepair.workflow import readme_table
 from selfrepair.core.published import Holds, NotRun
+from selfrepair.workflow import readme_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,12 @@ from selfrepair.tasks.registry import get_task
 
 @pytest.mark.parametrize(
     "name, cls",
-    [("mcqa", mcqa.MCQA), ("arithmetic", arithmetic.Arithmetic), ("ioi", counterfactual.ToyIOI), ("classify", classify.Classify)],
+    [
+        ("mcqa", mcqa.MCQA),
+        ("arithmetic", arithmetic.Arithmetic),
+        ("ioi", counterfactual.ToyIOI),
+        ("classify", classify.Classify),
+    ],
 )
 def test_each_name_gives_its_task(name, cls):
     task = get_task(name)

@@ -460,7 +460,9 @@ def run_summary(seeds: pd.DataFrame) -> pd.DataFrame:
 AUTHORS_COLUMNS = ("authors_reproduced", "authors_ci_low", "authors_ci_high", "authors_status", "authors_note")
 
 
-def authors_columns(table: pd.DataFrame, grid_claims: pd.DataFrame | None, n_seeds: int, cell: str = "authors") -> pd.DataFrame:
+def authors_columns(
+    table: pd.DataFrame, grid_claims: pd.DataFrame | None, n_seeds: int, cell: str = "authors"
+) -> pd.DataFrame:
     """Paper A's published table with each claim also under the authors'-code protocol.
 
     ``grid_claims``: the protocol grid's claims table (heroes/grid_tables.claims_table; one
@@ -477,12 +479,16 @@ def authors_columns(table: pd.DataFrame, grid_claims: pd.DataFrame | None, n_see
             why = "the protocol grid did not run" if g is None else f"the protocol grid has no '{cell}' cell"
             rows.append((float("nan"), float("nan"), float("nan"), "not run", why))
         elif cid not in g.index:
-            rows.append((float("nan"), float("nan"), float("nan"), "not run", "the protocol grid does not measure this claim"))
+            rows.append(
+                (float("nan"), float("nan"), float("nan"), "not run", "the protocol grid does not measure this claim")
+            )
         else:
             r = g.loc[cid]
             v = float(r["value"])
             note = f"authors'-code protocol (grid cell '{cell}'), {n_seeds} seeds per task"
-            rows.append((round(v, 4), round(float(r["ci_low"]), 4), round(float(r["ci_high"]), 4), str(r["status"]), note))
+            rows.append(
+                (round(v, 4), round(float(r["ci_low"]), 4), round(float(r["ci_high"]), 4), str(r["status"]), note)
+            )
     for k, col in enumerate(AUTHORS_COLUMNS):
         out[col] = [r[k] for r in rows]
     return out

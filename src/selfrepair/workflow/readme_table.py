@@ -81,7 +81,11 @@ def published_markdown(csv: Path) -> str:
         head += [f"- {', '.join(models)}: {why}" for why, models in groups.items()]
         head.append("")
     authors = "authors_status" in df.columns and (df["authors_status"].fillna("not run") != "not run").any()
-    cols = ["paper", "claim", "published", "reproduced", "tolerance", "status"] + (["authors' code"] if authors else []) + ["note"]
+    cols = (
+        ["paper", "claim", "published", "reproduced", "tolerance", "status"]
+        + (["authors' code"] if authors else [])
+        + ["note"]
+    )
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in df.itertuples():
         note = shorten_note(r.note) if isinstance(r.note, str) else r.note
