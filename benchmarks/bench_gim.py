@@ -31,12 +31,13 @@ def transformer_lens_side_by_side(bridge, data, batch_size: int) -> dict:
     """Seconds of our EAP (gradient on the corrupted run) and of TransformerLens's edge
     attribution patching on the same pairs, and max |difference| of the edge scores
     (TransformerLens's summed over positions and mapped to MIB's names)."""
-    from selfrepair.gim import circuits
+    from selfrepair.gim.attribute import edge_scores
+    from selfrepair.gim.graph import Graph
     from selfrepair.gim.tl_reference import tl_edge_scores
 
-    graph = circuits.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     t = time.perf_counter()
-    ours = circuits.edge_scores(bridge, graph, data, "eap", batch_size, gradient_at="corrupted")
+    ours = edge_scores(bridge, graph, data, "eap", batch_size, gradient_at="corrupted")
     ours_s = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -55,7 +56,7 @@ def main():
     args = ap.parse_args()
     numerics.apply(args.numerics, args.threads)
     from selfrepair.core.models import load_bridge
-    from selfrepair.gim import circuits
+    from selfrepair.gim.attribute import speed
     from selfrepair.gim.training import train_any
     from selfrepair.tasks.registry import get_task
 
@@ -81,7 +82,7 @@ def main():
         print(f"trained a toy IOI model in {time.perf_counter() - t:.1f} s ({folder})")
     bridge = load_bridge(folder, "cpu")
     data = task.sample(args.n, seed=12345)
-    res = circuits.speed(bridge, data, batch_size=args.n)
+    res = speed(bridge, data, batch_size=args.n)
     print(f"toy IOI model, {res['n_edges']} edges, {res['n_examples']} pairs, {args.threads} thread(s):")
     print(f"  EAP                      {res['eap_s']:8.2f} s")
     print(f"  GIM-EAP                  {res['gim_s']:8.2f} s")

@@ -6,11 +6,11 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 
 from selfrepair.core import runtime  # noqa: E402
 from selfrepair.core.models import resolve_device  # noqa: E402
-from selfrepair.gim import circuits  # noqa: E402
+from selfrepair.gim.localization import run_mib  # noqa: E402
 
 runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
 p = snakemake.params  # noqa: F821
-status, table, curves = circuits.run_mib(
+status, table, curves = run_mib(
     list(p.models),
     list(p.datasets),
     list(p.methods),

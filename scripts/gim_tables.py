@@ -7,7 +7,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 
-from selfrepair.gim.circuits import localization_summary  # noqa: E402
+from selfrepair.gim.localization import localization_summary  # noqa: E402
 
 inp, out = snakemake.input, snakemake.output  # noqa: F821
 table = pd.concat([pd.read_csv(f) for f in inp.summaries])

@@ -13,7 +13,7 @@ import pandas as pd
 
 from selfrepair.core import components as C
 from selfrepair.core import interventions, models, runtime
-from selfrepair.gim import circuits
+from selfrepair.gim import evaluate
 from selfrepair.groundtruth import pipeline
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import ioi
@@ -50,7 +50,7 @@ elif p.family == "gim":
     cf = get_task(p.task).sample(int(p.n_eval), seed=int(p.data_seed))
     cf = type(cf)(*(t.to(device) for t in (cf.clean, cf.corrupt, cf.answer, cf.foil, cf.pos)))
     tokens = cf.clean
-    specs = [pipeline.GameSpec("logit_diff", lambda lg: circuits.logit_diff(lg, cf).mean())]
+    specs = [pipeline.GameSpec("logit_diff", lambda lg: evaluate.logit_diff(lg, cf).mean())]
 else:
     raise ValueError(f"unknown ground-truth family {p.family!r}")
 

@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from selfrepair.core import models, runtime
-from selfrepair.workflow import status
-from selfrepair.gim import circuits as C
+from selfrepair.gim.graph import CircuitFileError, Graph, from_mib_json, save_mib_json, top_edges
 from selfrepair.tasks import sequences as S
 from selfrepair.tasks.counterfactual import CounterfactualBatch
+from selfrepair.workflow import status
 from test_workflow import BIN, ROOT, configs, snakemake
 
 # ---------------------------------------------------------------- 1. NaN/inf weights
@@ -100,11 +100,11 @@ def test_load_bridge_refuses_nan_weights(toy_folder):
 
 @pytest.fixture
 def mib_file(tmp_path):
-    g = C.Graph.build(2, 2, 16)
+    g = Graph.build(2, 2, 16)
     torch.manual_seed(0)
     scores = torch.randn(g.valid.shape) * g.valid
     f = tmp_path / "circuit.json"
-    C.save_mib_json(f, g, scores, C.top_edges(g, scores, 5, absolute=True))
+    save_mib_json(f, g, scores, top_edges(g, scores, 5, absolute=True))
     return f
 
 
@@ -118,23 +118,23 @@ def test_mib_graph_has_46_edges(mib_file):
     # 6 q/k/v inputs of layer 0 <- input; m0 <- input + 2 heads; 6 inputs of layer 1 <- 4
     # nodes; m1 <- 6; logits <- all 7: 6 + 3 + 24 + 6 + 7
     assert len(json.loads(mib_file.read_text())["edges"]) == 46
-    g, scores, _ = C.from_mib_json(mib_file)
+    g, scores, _ = from_mib_json(mib_file)
     assert g.n_edges == 46
 
 
 def test_mib_nan_score_is_refused(mib_file):
     edit(mib_file, lambda d: d["edges"]["input->m0"].update(score=float("nan")))
     assert "NaN" in mib_file.read_text()
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{mib_file}: edge 'input->m0' has score nan")):
-        C.from_mib_json(mib_file)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{mib_file}: edge 'input->m0' has score nan")):
+        from_mib_json(mib_file)
 
 
 def test_mib_partial_circuit_is_refused_unless_allowed(mib_file):
     keep = {"input->m0": 1.5, "a0.h1->m1": -0.25, "m1->logits": 2.0}
     edit(mib_file, lambda d: d.update(edges={k: {"score": v, "in_graph": k == "m1->logits"} for k, v in keep.items()}))
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{mib_file} lists 3 of the graph's 46 edges")):
-        C.from_mib_json(mib_file)
-    g, scores, in_graph = C.from_mib_json(mib_file, allow_partial=True)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{mib_file} lists 3 of the graph's 46 edges")):
+        from_mib_json(mib_file)
+    g, scores, in_graph = from_mib_json(mib_file, allow_partial=True)
     idx = g.edge_index()
     assert {k: float(scores[idx[k]]) for k in keep} == keep
     assert int((scores != 0).sum()) == 3 and int(in_graph.sum()) == 1 and bool(in_graph[idx["m1->logits"]])
@@ -142,15 +142,15 @@ def test_mib_partial_circuit_is_refused_unless_allowed(mib_file):
 
 def test_mib_missing_cfg_is_named(mib_file):
     edit(mib_file, lambda d: d.pop("cfg"))
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{mib_file}: key 'cfg' is missing")):
-        C.from_mib_json(mib_file)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{mib_file}: key 'cfg' is missing")):
+        from_mib_json(mib_file)
 
 
 def test_mib_truncated_file_is_named(mib_file):
     text = mib_file.read_text()
     mib_file.write_text(text[: len(text) // 2])
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{mib_file} is not valid JSON (truncated?)")):
-        C.from_mib_json(mib_file)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{mib_file} is not valid JSON (truncated?)")):
+        from_mib_json(mib_file)
 
 
 # ---------------------------------------------------------------- 3. CounterfactualBatch files

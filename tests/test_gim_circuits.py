@@ -10,8 +10,27 @@ import torch
 warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
-from selfrepair.gim import circuits as C  # noqa: E402
+from selfrepair.gim.attribute import (  # noqa: E402
+    edge_scores,
+    exact_edge_patching,
+    information_flow_routes,
+    method_scores,
+    per_edge_patching,
+    proximity_shares,
+    too_large,
+)
 from selfrepair.gim.backward import GIMConfig, gim  # noqa: E402
+from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curve, logit_diff, patched, run_circuit  # noqa: E402
+from selfrepair.gim.graph import (  # noqa: E402
+    Graph,
+    from_mib_json,
+    mib_to_component,
+    n_edges_at,
+    prune_dangling,
+    save_mib_json,
+    top_edges,
+)
+from selfrepair.gim.hooks import forward_activations, prepared  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 from tiny_models import tiny_llama  # noqa: E402
 
@@ -30,7 +49,7 @@ def bridges(tmp_path_factory):
     with ExitStack() as stack:  # the brute-force references below hook q/k/v inputs directly
         for name in ("gpt2", "llama"):
             save_word_tokenizer(root / name, [f"t{i}" for i in range(20)])
-            out[name] = stack.enter_context(C.prepared(load_bridge(root / name, "cpu")))
+            out[name] = stack.enter_context(prepared(load_bridge(root / name, "cpu")))
         yield out
 
 
@@ -48,20 +67,20 @@ def _data(n=4, T=6, seed=0):
 
 
 def test_edge_count_gpt2_small():
-    assert C.Graph.build(12, 12, 768).n_edges == 32491  # MIB's count for GPT-2 small
-    g = C.Graph.build(2, 2, 16)
+    assert Graph.build(12, 12, 768).n_edges == 32491  # MIB's count for GPT-2 small
+    g = Graph.build(2, 2, 16)
     # by hand: heads of layer 0: 3*2*1, m0: 1+2, heads of layer 1: 3*2*4, m1: 4+2, logits: 7
     assert g.n_edges == 6 + 3 + 24 + 6 + 7
     assert "a0.h1->a1.h0<k>" in g.edge_names() and "a0.h0->m0" in g.edge_names()
     assert "m1->a1.h0<q>" not in g.edge_names() and "a1.h0->a1.h1<q>" not in g.edge_names()
-    assert str(C.mib_to_component("a3.h2<q>")) == "L3H2" and C.mib_to_component("m1").name == "L1MLP"
+    assert str(mib_to_component("a3.h2<q>")) == "L3H2" and mib_to_component("m1").name == "L1MLP"
 
 
 def brute_force_patched_logits(bridge, graph, data, in_graph):
     """Fixed-point iteration of whole forward passes: pass k sets every downstream input
     to (corrupted run's input) + sum over kept parent edges of (a_u from pass k-1 minus
     a_u corrupted). After 2 * n_layers + 3 passes nothing changes (the graph is a DAG)."""
-    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    _, a_corr = forward_activations(bridge, graph, data.corrupt)
     # corrupted inputs of every downstream slot, recorded directly
     slots = graph.backward_slots()
     x_corr = {}
@@ -96,7 +115,7 @@ def brute_force_patched_logits(bridge, graph, data, in_graph):
                 return y
 
             hooks.append((name, setter))
-        logits, acts_new = C.forward_activations(bridge, graph, data.clean, hooks=hooks)
+        logits, acts_new = forward_activations(bridge, graph, data.clean, hooks=hooks)
         acts = acts_new
     return logits
 
@@ -104,30 +123,30 @@ def brute_force_patched_logits(bridge, graph, data, in_graph):
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_patching_matches_brute_force(bridges, name):
     bridge = bridges[name]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     data = _data()
     torch.manual_seed(3)
     for density in (0.0, 0.3, 0.7, 1.0):
         in_graph = (torch.rand(graph.valid.shape) < density) & graph.valid
-        _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
-        with torch.no_grad(), C.patched(bridge, graph, in_graph, a_corr):
+        _, a_corr = forward_activations(bridge, graph, data.corrupt)
+        with torch.no_grad(), patched(bridge, graph, in_graph, a_corr):
             fast = bridge(data.clean)
         slow = brute_force_patched_logits(bridge, graph, data, in_graph)
         assert torch.allclose(fast, slow, atol=1e-4), (name, density)
     # the two ends: no edge == the corrupted run, every edge == the clean run
     with torch.no_grad():
         clean, corr = bridge(data.clean), bridge(data.corrupt)
-        with C.patched(bridge, graph, torch.zeros_like(graph.valid), a_corr):
+        with patched(bridge, graph, torch.zeros_like(graph.valid), a_corr):
             assert torch.allclose(bridge(data.clean), corr, atol=1e-5)
-        with C.patched(bridge, graph, graph.valid.clone(), a_corr):
+        with patched(bridge, graph, graph.valid.clone(), a_corr):
             assert torch.allclose(bridge(data.clean), clean, atol=1e-5)
 
 
 def test_patching_a_node_equals_activation_patching(bridges):
     bridge = bridges["gpt2"]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     data = _data()
-    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    _, a_corr = forward_activations(bridge, graph, data.corrupt)
     u = graph.forward.index("a0.h1")
     in_graph = graph.valid.clone()
     in_graph[u] = False
@@ -138,7 +157,7 @@ def test_patching_a_node_equals_activation_patching(bridges):
         return x
 
     with torch.no_grad():
-        with C.patched(bridge, graph, in_graph, a_corr):
+        with patched(bridge, graph, in_graph, a_corr):
             edges = bridge(data.clean)
         node = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.attn.hook_result", patch)])
     assert torch.allclose(edges, node, atol=1e-5)
@@ -149,12 +168,12 @@ def test_eap_out_edges_sum_to_node_attribution(bridges, method):
     """sum_v score(u->v) == (a_u(corr) - a_u(clean)) . dL/da_u / N, with dL/da_u taken by
     autograd at the head's own output hook (an independent path)."""
     bridge = bridges["gpt2"]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     data = _data()
-    scores = C.edge_scores(bridge, graph, data, method)
+    scores = edge_scores(bridge, graph, data, method)
     u = graph.forward.index("a0.h1")
-    _, a_clean = C.forward_activations(bridge, graph, data.clean)
-    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    _, a_clean = forward_activations(bridge, graph, data.clean)
+    _, a_corr = forward_activations(bridge, graph, data.corrupt)
     store = {}
 
     def leaf(x, hook):
@@ -164,7 +183,7 @@ def test_eap_out_edges_sum_to_node_attribution(bridges, method):
     cfg = None if method == "eap" else GIMConfig.variant(method)
     with gim(bridge, cfg or GIMConfig.none()):
         logits = bridge.run_with_hooks(data.clean, fwd_hooks=[("blocks.0.attn.hook_result", leaf)])
-        (-C.logit_diff(logits, data).sum()).backward()
+        (-logit_diff(logits, data).sum()).backward()
     grad = store["x"].grad[:, :, 1]
     expected = ((a_corr[:, :, u] - a_clean[:, :, u]) * grad).sum() / len(data)
     assert scores[u].sum().item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-7)
@@ -175,12 +194,12 @@ def test_eap_ig_out_edges_sum_to_averaged_node_attribution(bridges):
     gradient taken at the head's output with the input embedding set by hand to
     corrupt + k/3 (clean - corrupt), k = 0, 1, 2."""
     bridge = bridges["gpt2"]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     data = _data()
-    scores = C.edge_scores(bridge, graph, data, "eap-ig", ig_steps=3)
+    scores = edge_scores(bridge, graph, data, "eap-ig", ig_steps=3)
     u = graph.forward.index("a1.h0")
-    _, a_clean = C.forward_activations(bridge, graph, data.clean)
-    _, a_corr = C.forward_activations(bridge, graph, data.corrupt)
+    _, a_clean = forward_activations(bridge, graph, data.clean)
+    _, a_corr = forward_activations(bridge, graph, data.corrupt)
     total = torch.zeros_like(a_clean[:, :, u])
     for k in range(3):
         emb = a_corr[:, :, 0] + k / 3 * (a_clean[:, :, 0] - a_corr[:, :, 0])
@@ -194,48 +213,48 @@ def test_eap_ig_out_edges_sum_to_averaged_node_attribution(bridges):
             data.clean,
             fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: emb), ("blocks.1.attn.hook_result", leaf)],
         )
-        (-C.logit_diff(logits, data).sum()).backward()
+        (-logit_diff(logits, data).sum()).backward()
         total += store["x"].grad[:, :, 0]
     expected = ((a_corr[:, :, u] - a_clean[:, :, u]) * total / 3).sum() / len(data)
     assert scores[u].sum().item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-7)
-    assert not torch.allclose(scores, C.edge_scores(bridge, graph, data, "eap"))
+    assert not torch.allclose(scores, edge_scores(bridge, graph, data, "eap"))
 
 
 def test_gqa_scores_and_patching_run(bridges):
     bridge = bridges["llama"]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     assert graph.n_kv_heads == 2 and graph.n_heads == 4
     data = _data()
     for m in ("eap", "gim"):
-        s = C.edge_scores(bridge, graph, data, m)
+        s = edge_scores(bridge, graph, data, m)
         assert torch.isfinite(s).all() and s.abs().sum() > 0
-    curve = C.faithfulness_curve(bridge, graph, data, s, fractions=(0.1, 0.5, 1.0))
+    curve = faithfulness_curve(bridge, graph, data, s, fractions=(0.1, 0.5, 1.0))
     assert curve["points"][-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
 
 
 def test_areas_hand_worked():
-    assert C.cpr([0, 0.5, 1], [0, 1, 1]) == pytest.approx(0.75)
-    assert C.cmd([0, 0.5, 1], [0, 1, 1]) == pytest.approx(0.25)
-    assert C.cmd([0, 1], [2, 0]) == pytest.approx(1.0)  # |1-f| = 1, 1
-    x = np.array(C.FRACTIONS)
-    assert C.cpr(x, x) == pytest.approx((1 - 0.001**2) / 2)
-    assert C.cpr(x, np.ones_like(x)) == pytest.approx(0.999)
-    assert C.cmd(x, np.ones_like(x)) == pytest.approx(0.0)
+    assert cpr([0, 0.5, 1], [0, 1, 1]) == pytest.approx(0.75)
+    assert cmd([0, 0.5, 1], [0, 1, 1]) == pytest.approx(0.25)
+    assert cmd([0, 1], [2, 0]) == pytest.approx(1.0)  # |1-f| = 1, 1
+    x = np.array(FRACTIONS)
+    assert cpr(x, x) == pytest.approx((1 - 0.001**2) / 2)
+    assert cpr(x, np.ones_like(x)) == pytest.approx(0.999)
+    assert cmd(x, np.ones_like(x)) == pytest.approx(0.0)
 
 
 def test_mib_json_roundtrip(tmp_path):
-    g = C.Graph.build(2, 2, 16)
+    g = Graph.build(2, 2, 16)
     torch.manual_seed(0)
     scores = torch.randn(g.valid.shape) * g.valid
-    in_graph = C.top_edges(g, scores, 5, absolute=True, prune=False)
-    C.save_mib_json(tmp_path / "c.json", g, scores, in_graph)
+    in_graph = top_edges(g, scores, 5, absolute=True, prune=False)
+    save_mib_json(tmp_path / "c.json", g, scores, in_graph)
     import json
 
     d = json.loads((tmp_path / "c.json").read_text())
     assert d["cfg"] == {"n_layers": 2, "n_heads": 2, "parallel_attn_mlp": False, "d_model": 16}
     assert len(d["edges"]) == g.n_edges and sum(e["in_graph"] for e in d["edges"].values()) == 5
     assert set(d["nodes"]) == set(g.forward) | {"logits"}
-    g2, s2, ig2 = C.from_mib_json(tmp_path / "c.json")
+    g2, s2, ig2 = from_mib_json(tmp_path / "c.json")
     assert torch.allclose(s2, scores) and torch.equal(ig2, in_graph)
     top = max(d["edges"].items(), key=lambda kv: abs(kv[1]["score"]))
     assert top[1]["in_graph"]
@@ -272,17 +291,17 @@ CHAIN = ["input->a0.h0<q>", "a0.h0->m0", "m0->a1.h1<v>", "a1.h1->logits"]
     ],
 )
 def test_prune_dangling_by_hand(extra, kept):
-    g = C.Graph.build(2, 2, 16)
-    assert _names(g, C.prune_dangling(g, _mask(g, CHAIN + extra))) == set(kept)
+    g = Graph.build(2, 2, 16)
+    assert _names(g, prune_dangling(g, _mask(g, CHAIN + extra))) == set(kept)
 
 
 def test_prune_dangling_several_passes_to_empty_and_logits_kept():
-    g = C.Graph.build(2, 2, 16)
+    g = Graph.build(2, 2, 16)
     # nothing reaches logits: pruned over three passes down to nothing
-    assert not C.prune_dangling(g, _mask(g, ["input->a0.h0<q>", "a0.h0->m0", "m0->a1.h0<k>"])).any()
+    assert not prune_dangling(g, _mask(g, ["input->a0.h0<q>", "a0.h0->m0", "m0->a1.h0<k>"])).any()
     # logits needs no outgoing edge: one edge into it from input is a whole circuit
-    assert _names(g, C.prune_dangling(g, _mask(g, ["input->logits"]))) == {"input->logits"}
-    assert _names(g, C.prune_dangling(g, _mask(g, ["input->m1", "m1->logits"]))) == {"input->m1", "m1->logits"}
+    assert _names(g, prune_dangling(g, _mask(g, ["input->logits"]))) == {"input->logits"}
+    assert _names(g, prune_dangling(g, _mask(g, ["input->m1", "m1->logits"]))) == {"input->m1", "m1->logits"}
 
 
 def _on_paths(g, mask):
@@ -306,32 +325,32 @@ def _on_paths(g, mask):
 
 
 def test_prune_dangling_keeps_exactly_the_input_to_logits_paths():
-    g = C.Graph.build(3, 2, 16)
+    g = Graph.build(3, 2, 16)
     gen = torch.Generator().manual_seed(0)
     for p in (0.05, 0.1, 0.2, 0.4):
         for _ in range(25):
             mask = (torch.rand(g.valid.shape, generator=gen) < p) & g.valid
-            assert _names(g, C.prune_dangling(g, mask)) == _on_paths(g, mask)
+            assert _names(g, prune_dangling(g, mask)) == _on_paths(g, mask)
 
 
 def test_edges_at_a_fraction_truncate_like_mib():
     # MIB: int(pct * n); rounding would give 3, 1, 1 and 1
-    assert [C.n_edges_at(f, n) for f, n in ((0.2, 13), (0.05, 13), (0.005, 110), (0.001, 500))] == [2, 0, 0, 0]
-    assert C.n_edges_at(1.0, 13) == 13 and C.n_edges_at(0.5, 110) == 55
+    assert [n_edges_at(f, n) for f, n in ((0.2, 13), (0.05, 13), (0.005, 110), (0.001, 500))] == [2, 0, 0, 0]
+    assert n_edges_at(1.0, 13) == 13 and n_edges_at(0.5, 110) == 55
 
 
 def test_faithfulness_curve_counts_and_prunes(bridges):
     bridge, data = bridges["gpt2"], _data()
-    graph = C.Graph.from_bridge(bridge)
-    s = C.edge_scores(bridge, graph, data, "eap")
+    graph = Graph.from_bridge(bridge)
+    s = edge_scores(bridge, graph, data, "eap")
     fr = (0.05, 0.2, 0.5, 1.0)
-    curve = C.faithfulness_curve(bridge, graph, data, s, fractions=fr, absolute=True)
+    curve = faithfulness_curve(bridge, graph, data, s, fractions=fr, absolute=True)
     for f, p in zip(fr, curve["points"]):
         assert p["n_edges"] == int(f * graph.n_edges)
-        mask = C.top_edges(graph, s, p["n_edges"], absolute=True)
+        mask = top_edges(graph, s, p["n_edges"], absolute=True)
         assert p["n_kept"] == int(mask.sum()) <= p["n_edges"]
-        assert torch.equal(mask, C.prune_dangling(graph, C.top_edges(graph, s, p["n_edges"], True, prune=False)))
-        m = C.run_circuit(bridge, graph, data, mask).mean().item()
+        assert torch.equal(mask, prune_dangling(graph, top_edges(graph, s, p["n_edges"], True, prune=False)))
+        m = run_circuit(bridge, graph, data, mask).mean().item()
         assert p["metric"] == pytest.approx(m, abs=1e-6)
 
 
@@ -339,9 +358,9 @@ def test_faithfulness_curve_counts_and_prunes(bridges):
 @pytest.mark.parametrize("max_rows", [4096, 4])  # all parents of an input in one run; one at a time
 def test_exact_edge_patching_equals_one_masked_run_per_edge(bridges, max_rows):
     bridge, data = bridges["gpt2"], _data(n=5)
-    graph = C.Graph.from_bridge(bridge)
-    fast = C.exact_edge_patching(bridge, graph, data, batch_size=3, max_rows=max_rows)
-    slow = C.per_edge_patching(bridge, graph, data, batch_size=3)  # one `patched` run per edge
+    graph = Graph.from_bridge(bridge)
+    fast = exact_edge_patching(bridge, graph, data, batch_size=3, max_rows=max_rows)
+    slow = per_edge_patching(bridge, graph, data, batch_size=3)  # one `patched` run per edge
     assert slow.abs().max() > 1e-3
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
     assert (fast[~graph.valid] == 0).all()
@@ -349,10 +368,10 @@ def test_exact_edge_patching_equals_one_masked_run_per_edge(bridges, max_rows):
 
 def test_exact_edge_patching_gqa_patches_the_group_input(bridges):
     bridge, data = bridges["llama"], _data()
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     rep = graph.n_heads // graph.n_kv_heads
-    fast = C.exact_edge_patching(bridge, graph, data)
-    base = C.run_circuit(bridge, graph, data, graph.valid).mean()
+    fast = exact_edge_patching(bridge, graph, data)
+    base = run_circuit(bridge, graph, data, graph.valid).mean()
     # a q edge and an MLP edge: exactly one masked run; a k edge: the whole group's
     # k input loses u (every head of the group masked), that effect / group size
     for target in ("a1.h1<q>", "m0", "a1.h2<k>"):
@@ -364,7 +383,7 @@ def test_exact_edge_patching_gqa_patches_the_group_input(bridges):
         for i in graph.valid[:, j].nonzero().flatten().tolist()[:3]:
             mask = graph.valid.clone()
             mask[i, group] = False
-            want = (base - C.run_circuit(bridge, graph, data, mask).mean()) / len(group)
+            want = (base - run_circuit(bridge, graph, data, mask).mean()) / len(group)
             assert float(fast[i, j]) == pytest.approx(float(want), abs=1e-5)
 
 
@@ -373,14 +392,14 @@ def test_proximity_shares_hand_worked():
     total = torch.tensor([[1.0, 1.0], [2.0, 0.0], [1.0, 0.0]])
     # |y|=2, |y-p|=1,1 -> 1,1 -> halves; |y|=2, |y-p|=1,3 -> 1,0; |y|=1, |y-p|=1,2 -> 0,0
     want = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.0, 0.0]])
-    torch.testing.assert_close(C.proximity_shares(parts, total), want)
+    torch.testing.assert_close(proximity_shares(parts, total), want)
 
 
 def test_information_flow_routes_by_hand(bridges):
     bridge, data = bridges["gpt2"], _data(n=3, T=5)
     data.pos = torch.tensor([4, 2, 3])
-    graph = C.Graph.from_bridge(bridge)
-    ifr = C.information_flow_routes(bridge, graph, data, batch_size=2)
+    graph = Graph.from_bridge(bridge)
+    ifr = information_flow_routes(bridge, graph, data, batch_size=2)
     with torch.no_grad():
         _, cache = bridge.run_with_cache(data.clean)
     parts = [cache["blocks.0.hook_resid_pre"]]  # input, then each layer's heads and MLP
@@ -415,12 +434,10 @@ def test_information_flow_routes_by_hand(bridges):
 
 def test_method_scores_dispatch_and_size_limit(bridges):
     bridge, data = bridges["gpt2"], _data()
-    graph = C.Graph.from_bridge(bridge)
-    torch.testing.assert_close(
-        C.method_scores(bridge, graph, data, "ifr"), C.information_flow_routes(bridge, graph, data)
-    )
-    torch.testing.assert_close(C.method_scores(bridge, graph, data, "eap"), C.edge_scores(bridge, graph, data, "eap"))
+    graph = Graph.from_bridge(bridge)
+    torch.testing.assert_close(method_scores(bridge, graph, data, "ifr"), information_flow_routes(bridge, graph, data))
+    torch.testing.assert_close(method_scores(bridge, graph, data, "eap"), edge_scores(bridge, graph, data, "eap"))
     with pytest.raises(ValueError, match="unknown method 'eatp'"):
-        C.method_scores(bridge, graph, data, "eatp")
-    assert C.too_large("eactp", 32491) and "32491 edges" in C.too_large("eactp", 32491)
-    assert C.too_large("eactp", 110) is None and C.too_large("eap", 10**6) is None
+        method_scores(bridge, graph, data, "eatp")
+    assert too_large("eactp", 32491) and "32491 edges" in too_large("eactp", 32491)
+    assert too_large("eactp", 110) is None and too_large("eap", 10**6) is None

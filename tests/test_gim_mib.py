@@ -9,7 +9,7 @@ import torch
 warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, save_model  # noqa: E402
-from selfrepair.gim import circuits as C  # noqa: E402
+from selfrepair.gim.localization import run_mib  # noqa: E402
 from selfrepair.tasks import mib  # noqa: E402
 from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
 
@@ -106,7 +106,7 @@ def test_run_mib_on_tiny_architectures(tmp_path):
     _datasets(tmp_path / "data")
     models = [paths["gpt2"], paths["llama"], paths["qwen2"], paths["gemma2"], str(tmp_path / "absent")]
     datasets = ["ioi", "arithmetic_addition", "copycolors_mcqa", "arc_easy"]
-    status, table, curves = C.run_mib(
+    status, table, curves = run_mib(
         models, datasets, ["gim"], n_eval=6, search_paths=[str(tmp_path / "data")], batch_size=6, fractions=(0.1, 1.0)
     )
     st = status.set_index(["model", "dataset"]).status

@@ -8,7 +8,7 @@ import torch
 warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
-from selfrepair.gim.circuits import logit_diff  # noqa: E402
+from selfrepair.gim.evaluate import logit_diff  # noqa: E402
 from selfrepair.gim.selfrepair_attention import attention_selfrepair, occurrences  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 

@@ -10,7 +10,8 @@ import torch
 warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
-from selfrepair.gim import circuits as C  # noqa: E402
+from selfrepair.gim.attribute import edge_scores  # noqa: E402
+from selfrepair.gim.graph import Graph  # noqa: E402
 from selfrepair.gim.tl_reference import tl_edge_scores  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 from tiny_models import tiny_llama  # noqa: E402
@@ -53,9 +54,9 @@ def _data(n=4, T=6, seed=0):
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_corrupted_gradient_point_equals_transformer_lens(bridges, name):
     bridge = bridges[name]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     data = _data()
-    ours = C.edge_scores(bridge, graph, data, "eap", batch_size=2, gradient_at="corrupted")
+    ours = edge_scores(bridge, graph, data, "eap", batch_size=2, gradient_at="corrupted")
     theirs = tl_edge_scores(bridge, graph, data)
     # the same edge set (every TL edge landed on one of ours; ours off the graph are 0)
     assert ours[~graph.valid].abs().max() == 0 and theirs[~graph.valid].abs().max() == 0
@@ -66,7 +67,7 @@ def test_corrupted_gradient_point_equals_transformer_lens(bridges, name):
     print(f"{name}: max |ours - TL| = {(ours - theirs).abs().max():.2e}, max |TL| = {scale:.3f}")
     assert (ours - theirs).abs().max() <= 1e-5 * scale
     # and the default (gradient on the clean run) is a different estimate
-    clean = C.edge_scores(bridge, graph, data, "eap", batch_size=2)
+    clean = edge_scores(bridge, graph, data, "eap", batch_size=2)
     assert (clean - theirs).abs().max() > 1e-2 * scale
 
 
@@ -75,16 +76,16 @@ def test_corrupted_gradient_point_is_the_swapped_pair(bridges, method):
     """Gradient on the corrupted run = the default on the pair with clean and corrupted
     swapped and answer and foil swapped (the same sign: positive favours the answer)."""
     bridge = bridges["gpt2"]
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     data = _data(n=3)
     swapped = CounterfactualBatch(data.corrupt, data.clean, data.foil, data.answer, data.pos)
-    a = C.edge_scores(bridge, graph, data, method, gradient_at="corrupted")
-    b = C.edge_scores(bridge, graph, swapped, method)
+    a = edge_scores(bridge, graph, data, method, gradient_at="corrupted")
+    b = edge_scores(bridge, graph, swapped, method)
     assert torch.equal(a, b)
     with pytest.raises(ValueError, match="gradient_at"):
-        C.edge_scores(bridge, graph, data, method, gradient_at="middle")
+        edge_scores(bridge, graph, data, method, gradient_at="middle")
     with pytest.raises(ValueError, match="eap-ig"):
-        C.edge_scores(bridge, graph, data, "eap-ig", gradient_at="corrupted")
+        edge_scores(bridge, graph, data, "eap-ig", gradient_at="corrupted")
 
 
 def test_transformer_lens_refuses_gqa_edges(bridges):
@@ -92,6 +93,6 @@ def test_transformer_lens_refuses_gqa_edges(bridges):
     bridge = bridges["llama-gqa"]
     data = _data(n=1)
     with pytest.raises(ValueError, match="GQA/MQA"):
-        tl_edge_scores(bridge, C.Graph.from_bridge(bridge), data)
-    s = C.edge_scores(bridge, C.Graph.from_bridge(bridge), data, "eap", gradient_at="corrupted")
+        tl_edge_scores(bridge, Graph.from_bridge(bridge), data)
+    s = edge_scores(bridge, Graph.from_bridge(bridge), data, "eap", gradient_at="corrupted")
     assert torch.isfinite(s).all()

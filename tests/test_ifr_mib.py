@@ -11,7 +11,10 @@ import torch
 warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
-from selfrepair.gim import circuits as C  # noqa: E402
+from selfrepair.gim.attribute import ALL_METHODS, information_flow_routes, position_weights  # noqa: E402
+from selfrepair.gim.evaluate import run_circuit  # noqa: E402
+from selfrepair.gim.graph import Graph, greedy_edges, n_edges_at, select_edges, selection_rule, top_edges  # noqa: E402
+from selfrepair.gim.localization import localize  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
 
 # One layer, one head: forward input, a0.h0, m0; 8 edges.
@@ -30,7 +33,7 @@ IL, AL, ML, AM, IM = "input->logits", "a0.h0->logits", "m0->logits", "a0.h0->m0"
 
 
 def _graph():
-    g = C.Graph.build(1, 1, 16)
+    g = Graph.build(1, 1, 16)
     assert set(g.edge_names()) == set(SMALL)
     return g
 
@@ -81,18 +84,18 @@ TOPN_PRUNED = {
 def test_greedy_edges_by_hand(n):
     g = _graph()
     s = _scores(g, SMALL)
-    assert _names(g, C.greedy_edges(g, s, n, absolute=True, prune=False)) == set(GREEDY_ORDER[:n])
-    assert _names(g, C.greedy_edges(g, s, n, absolute=True)) == GREEDY_PRUNED[n]
+    assert _names(g, greedy_edges(g, s, n, absolute=True, prune=False)) == set(GREEDY_ORDER[:n])
+    assert _names(g, greedy_edges(g, s, n, absolute=True)) == GREEDY_PRUNED[n]
     if n:
-        assert _names(g, C.top_edges(g, s, n, absolute=True)) == TOPN_PRUNED[n]
+        assert _names(g, top_edges(g, s, n, absolute=True)) == TOPN_PRUNED[n]
 
 
 def test_greedy_and_top_n_differ_where_top_n_is_disconnected():
     g = _graph()
     s = _scores(g, SMALL)
     for n in (1, 3, 4):  # top-n: Q, K, V, AM lead nowhere; greedy keeps a connected circuit
-        assert _names(g, C.top_edges(g, s, n, absolute=True)) == set()
-        assert C.greedy_edges(g, s, n, absolute=True).any()
+        assert _names(g, top_edges(g, s, n, absolute=True)) == set()
+        assert greedy_edges(g, s, n, absolute=True).any()
 
 
 def test_greedy_ties_go_to_the_older_candidate_then_the_lower_index():
@@ -103,8 +106,8 @@ def test_greedy_ties_go_to_the_older_candidate_then_the_lower_index():
     s = torch.ones(g.valid.shape) * g.valid
     want = [IL, AL, ML, Q, K, V, IM, AM]
     for n in range(1, 9):
-        added = _names(g, C.greedy_edges(g, s, n, True, prune=False)) - _names(
-            g, C.greedy_edges(g, s, n - 1, True, prune=False)
+        added = _names(g, greedy_edges(g, s, n, True, prune=False)) - _names(
+            g, greedy_edges(g, s, n - 1, True, prune=False)
         )
         assert added == {want[n - 1]}, n
 
@@ -117,50 +120,50 @@ def test_greedy_signed_and_absolute():
     want = [ML, AM, Q, K, V, IL, AL, IM]
     # signed: as GREEDY_ORDER (ML at -.95 is still the only candidate left after V)
     for n in range(9):
-        assert _names(g, C.greedy_edges(g, s, n, absolute=True, prune=False)) == set(want[:n]), n
-        assert _names(g, C.greedy_edges(g, s, n, absolute=False, prune=False)) == set(GREEDY_ORDER[:n]), n
+        assert _names(g, greedy_edges(g, s, n, absolute=True, prune=False)) == set(want[:n]), n
+        assert _names(g, greedy_edges(g, s, n, absolute=False, prune=False)) == set(GREEDY_ORDER[:n]), n
 
 
 def test_greedy_adds_the_best_eligible_edge_at_every_step():
     """The defining property, on random scores of a 3-layer graph: the circuit of n + 1
     edges is the one of n plus the highest-|score| edge whose child node (a head's q/k/v
     inputs are one node) is ``logits`` or the parent of an edge already in."""
-    g = C.Graph.build(3, 2, 16)
+    g = Graph.build(3, 2, 16)
     gen = torch.Generator().manual_seed(1)
     s = torch.randn(g.valid.shape, generator=gen) * g.valid
     idx = g.edge_index()
     prev = set()
     for n in range(1, g.n_edges + 1):
-        cur = _names(g, C.greedy_edges(g, s, n, absolute=True, prune=False))
+        cur = _names(g, greedy_edges(g, s, n, absolute=True, prune=False))
         assert prev <= cur and len(cur) == n
         nodes = {"logits"} | {e.split("->")[0] for e in prev}
         eligible = [e for e in idx if e not in prev and e.split("->")[1].split("<")[0] in nodes]
         best = max(eligible, key=lambda e: abs(float(s[idx[e]])))
         assert cur - prev == {best}, n
         prev = cur
-    assert _names(g, C.greedy_edges(g, s, 20, True)) != _names(g, C.top_edges(g, s, 20, True))
+    assert _names(g, greedy_edges(g, s, 20, True)) != _names(g, top_edges(g, s, 20, True))
 
 
 def test_greedy_edges_refuses_more_edges_than_the_graph_has():
     g = _graph()
     with pytest.raises(ValueError, match="between 0 and the graph's 8 edges"):
-        C.greedy_edges(g, torch.zeros(g.valid.shape), 9, True)
+        greedy_edges(g, torch.zeros(g.valid.shape), 9, True)
 
 
 def test_selection_rule_per_method():
-    assert C.selection_rule("ifr") == "greedy"
-    assert {C.selection_rule(m) for m in C.ALL_METHODS if m != "ifr"} == {"topn"}
+    assert selection_rule("ifr") == "greedy"
+    assert {selection_rule(m) for m in ALL_METHODS if m != "ifr"} == {"topn"}
     g = _graph()
     s = _scores(g, SMALL)
-    assert _names(g, C.select_edges(g, s, 3, True, "greedy")) == GREEDY_PRUNED[3]
-    assert _names(g, C.select_edges(g, s, 6, True, "topn")) == TOPN_PRUNED[6]
+    assert _names(g, select_edges(g, s, 3, True, "greedy")) == GREEDY_PRUNED[3]
+    assert _names(g, select_edges(g, s, 6, True, "topn")) == TOPN_PRUNED[6]
     with pytest.raises(ValueError, match="unknown selection 'best'"):
-        C.select_edges(g, s, 3, True, "best")
+        select_edges(g, s, 3, True, "best")
 
 
 # -------------------------------------------------------------- positions ------------
 def test_position_weights_by_hand():
-    w = C.position_weights(torch.tensor([0, 2, 1]), 3)
+    w = position_weights(torch.tensor([0, 2, 1]), 3)
     want = torch.tensor([[1.0, 0, 0], [1 / 3, 1 / 3, 1 / 3], [0.5, 0.5, 0]])
     torch.testing.assert_close(w, want)
 
@@ -170,7 +173,7 @@ def test_per_example_mean_differs_from_the_pooled_one_by_hand():
     0.3, 0.6; its position 0's 0.9 in row 0 is padding). Per example: 0.9 and 0.3, mean
     0.6. Pooled over the four (example, position) pairs: 1.8 / 4 = 0.45."""
     shares = torch.tensor([[0.9, 0.5, 0.5], [0.0, 0.3, 0.6]])
-    w = C.position_weights(torch.tensor([0, 2]), 3)
+    w = position_weights(torch.tensor([0, 2]), 3)
     assert float((shares * w).sum()) / 2 == pytest.approx(0.6)
 
 
@@ -199,34 +202,34 @@ def test_ifr_scores_do_not_depend_on_how_examples_are_batched_or_padded(bridge):
     example scored alone (unpadded) equals the scores of the padded batch, whatever the
     batch size."""
     data = _data([5, 1, 3, 2])
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     alone = []
     for b in range(len(data)):
         one = data.slice(b, b + 1)
         T = int(one.pos[0]) + 1
         one = CounterfactualBatch(one.clean[:, :T], one.corrupt[:, :T], one.answer, one.foil, one.pos)
-        alone.append(C.information_flow_routes(bridge, graph, one))
+        alone.append(information_flow_routes(bridge, graph, one))
     want = torch.stack(alone).mean(0)
     for bs in (1, 3, 4):
-        torch.testing.assert_close(C.information_flow_routes(bridge, graph, data, batch_size=bs), want)
+        torch.testing.assert_close(information_flow_routes(bridge, graph, data, batch_size=bs), want)
 
 
 def test_localize_evaluates_ifr_greedily_and_others_by_top_n(bridge):
     data = _data([4, 4, 4])
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     fr = (0.05, 0.2, 0.5, 1.0)
-    for method, select in (("ifr", C.greedy_edges), ("eap", C.top_edges)):
-        _, scores, curve, summary = C.localize(bridge, data, method, fractions=fr)
+    for method, select in (("ifr", greedy_edges), ("eap", top_edges)):
+        _, scores, curve, summary = localize(bridge, data, method, fractions=fr)
         assert set(curve.selection) == {"greedy" if method == "ifr" else "topn"}
         assert {"cpr", "cmd"} <= set(summary) and all(abs(summary[k]) < 10 for k in ("cpr", "cmd"))
         for p in curve.itertuples():
             mask = select(graph, scores, p.n_edges, p.ranking == "absolute")
             assert p.n_kept == int(mask.sum())
-            assert p.metric == pytest.approx(C.run_circuit(bridge, graph, data, mask).mean().item(), abs=1e-6)
+            assert p.metric == pytest.approx(run_circuit(bridge, graph, data, mask).mean().item(), abs=1e-6)
     # on IFR's scores the two rules pick different circuits at some fraction
-    s = C.information_flow_routes(bridge, graph, data)
+    s = information_flow_routes(bridge, graph, data)
     assert any(
-        not torch.equal(C.greedy_edges(graph, s, C.n_edges_at(f, graph.n_edges), True),
-                        C.top_edges(graph, s, C.n_edges_at(f, graph.n_edges), True))
+        not torch.equal(greedy_edges(graph, s, n_edges_at(f, graph.n_edges), True),
+                        top_edges(graph, s, n_edges_at(f, graph.n_edges), True))
         for f in fr
     )  # fmt: skip

@@ -20,7 +20,7 @@ import yaml
 
 import golden_suite as G
 from selfrepair.core import models
-from selfrepair.gim import circuits as C
+from selfrepair.gim.graph import CircuitFileError, from_mib_json, save_mib_json
 from selfrepair.tasks import sequences as S
 
 # ---------------------------------------------------------------- 1. MIB circuit files
@@ -59,7 +59,7 @@ def write(tmp_path, d) -> str:
 
 
 def test_hand_built_mib_file_is_read(tmp_path):
-    g, scores, in_graph = C.from_mib_json(write(tmp_path, hand_built()))
+    g, scores, in_graph = from_mib_json(write(tmp_path, hand_built()))
     assert g.n_edges == len(EDGES) and sorted(g.edge_names()) == sorted(EDGES)
     idx = g.edge_index()
     assert {e for e in EDGES if bool(in_graph[idx[e]])} == IN_CIRCUIT
@@ -72,14 +72,14 @@ def test_edge_in_graph_must_be_a_json_boolean(tmp_path, value):
     d["edges"]["input->m0"]["in_graph"] = value
     f = write(tmp_path, d)
     msg = f"{f}: edges['input->m0'].in_graph is {value!r}, not a JSON boolean"
-    with pytest.raises(C.CircuitFileError, match=re.escape(msg)):
-        C.from_mib_json(f)
+    with pytest.raises(CircuitFileError, match=re.escape(msg)):
+        from_mib_json(f)
 
 
 def test_edge_without_in_graph_is_out_of_the_circuit(tmp_path):
     d = hand_built()
     del d["edges"]["a0.h0->logits"]["in_graph"]
-    g, _, in_graph = C.from_mib_json(write(tmp_path, d))
+    g, _, in_graph = from_mib_json(write(tmp_path, d))
     assert not bool(in_graph[g.edge_index()["a0.h0->logits"]]) and int(in_graph.sum()) == 1
 
 
@@ -87,8 +87,8 @@ def test_unknown_node_is_named(tmp_path):
     d = hand_built()
     d["nodes"]["a0.h1"] = {"in_graph": False}  # the graph has one head per layer
     f = write(tmp_path, d)
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{f}: node 'a0.h1' is not in the graph")):
-        C.from_mib_json(f)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{f}: node 'a0.h1' is not in the graph")):
+        from_mib_json(f)
 
 
 @pytest.mark.parametrize(
@@ -105,30 +105,30 @@ def test_bad_node_is_named(tmp_path, node, message):
     d = hand_built()
     d["nodes"]["m0"] = node
     f = write(tmp_path, d)
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{f}: {message}")):
-        C.from_mib_json(f)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{f}: {message}")):
+        from_mib_json(f)
 
 
 def test_node_keys_mib_writes_are_accepted(tmp_path):
     d = hand_built()
     d["nodes"]["m0"] = {"in_graph": False, "score": 0.1, "neurons": [True] * 8, "neurons_scores": [0.0] * 8}
     del d["nodes"]["a0.h0"]  # MIB's reader leaves an absent node out of the circuit
-    C.from_mib_json(write(tmp_path, d))
+    from_mib_json(write(tmp_path, d))
 
 
 def test_missing_nodes_key_is_named(tmp_path):
     d = hand_built()
     del d["nodes"]
     f = write(tmp_path, d)
-    with pytest.raises(C.CircuitFileError, match=re.escape(f"{f}: key 'nodes' is missing")):
-        C.from_mib_json(f)
+    with pytest.raises(CircuitFileError, match=re.escape(f"{f}: key 'nodes' is missing")):
+        from_mib_json(f)
 
 
 def test_written_file_passes_the_checks(tmp_path):
     """What save_mib_json writes (every node, booleans) reads back under the new checks."""
-    g, scores, in_graph = C.from_mib_json(write(tmp_path, hand_built()))
-    C.save_mib_json(tmp_path / "again.json", g, scores, in_graph)
-    g2, s2, ig2 = C.from_mib_json(tmp_path / "again.json")
+    g, scores, in_graph = from_mib_json(write(tmp_path, hand_built()))
+    save_mib_json(tmp_path / "again.json", g, scores, in_graph)
+    g2, s2, ig2 = from_mib_json(tmp_path / "again.json")
     assert g2.n_edges == g.n_edges and bool((s2 == scores).all()) and bool((ig2 == in_graph).all())
 
 
@@ -177,7 +177,7 @@ def test_edited_weights_are_refused_naming_the_folder(saved):
             load(saved)
         assert f"{now} now" in str(err.value) and "--forcerun" in str(err.value)
     # not a CorruptCheckpoint: the loops that mark an unreadable real model "not run"
-    # (gim.circuits.mib_localization, coax.real_models) must not swallow it
+    # (gim.localization.run_mib, coax.real_models) must not swallow it
     assert not isinstance(err.value, models.CorruptCheckpoint)
 
 

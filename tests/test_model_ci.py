@@ -13,7 +13,7 @@ import pytest
 from selfrepair.coax import score as coax
 from selfrepair.core.published import Measured
 from selfrepair.core.stats import fmt_ci, t_interval
-from selfrepair.gim import circuits
+from selfrepair.gim.localization import claims_evidence, localization_summary
 
 HALF = 4.302653 * 0.1 / math.sqrt(3)  # 0.248414
 
@@ -55,7 +55,7 @@ def _loc():
 
 
 def test_localization_summary_by_hand():
-    s = circuits.localization_summary(_loc()).set_index(["task", "method"])
+    s = localization_summary(_loc()).set_index(["task", "method"])
     assert list(s.columns[:1]) == ["row"]
     eap = s.loc[("a", "eap")]
     assert eap.row == "method" and eap.n_models == 3
@@ -87,7 +87,7 @@ def test_localization_summary_by_hand():
 def test_localization_summary_one_task_one_model():
     loc = _loc()
     one = loc[(loc.task == "a") & (loc.model == "l3")].drop(columns="seed")  # old table: no seed column
-    s = circuits.localization_summary(one)
+    s = localization_summary(one)
     assert set(s.task) == {"a"} and (s.n_models == 1).all()  # no 'all' rows for one task
     assert s[s.method == "gim - eap"].cpr_mean.iloc[0] == pytest.approx(0.3)
     assert s[["cpr_lo", "cpr_hi", "cmd_lo", "cmd_hi"]].isna().all().all()
@@ -95,7 +95,7 @@ def test_localization_summary_one_task_one_model():
 
 def test_claims_note_quotes_mean_and_ci():
     loc = _loc()
-    ev = circuits.claims_evidence(loc)
+    ev = claims_evidence(loc)
     note = ev["gim_best_mean_cpr"].reason
     assert "mean over 4 models" in note and "GIM - EAP per model: 0.125 [" in note
     assert "GIM higher in 3/4 models" in note and "a 0.200 [-0.048, 0.448] (3/3)" in note
@@ -103,14 +103,14 @@ def test_claims_note_quotes_mean_and_ci():
     from io import StringIO
 
     buf = StringIO()
-    circuits.localization_summary(loc).to_csv(buf, index=False)
+    localization_summary(loc).to_csv(buf, index=False)
     buf.seek(0)
-    assert circuits.claims_evidence(loc, summary=pd.read_csv(buf))["gim_best_mean_cpr"].reason == note
+    assert claims_evidence(loc, summary=pd.read_csv(buf))["gim_best_mean_cpr"].reason == note
 
     four = pd.concat(
         [loc] + [loc[loc.method == "gim"].assign(method=m) for m in ("gim-no-tsg", "gim-no-ln", "gim-no-norm")]
     )
-    assert circuits.claims_evidence(four)["gim_ablation_each_modification"].reason.endswith(
+    assert claims_evidence(four)["gim_ablation_each_modification"].reason.endswith(
         "lowered CPR in 0/12 (task, model, seed, modification) cases"
     )
 

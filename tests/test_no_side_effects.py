@@ -22,8 +22,19 @@ from selfrepair.coax.ioi_experiment import ablation_drops, ground_truth  # noqa:
 from selfrepair.core.components import Component, head_components  # noqa: E402
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
 from selfrepair.gim import backward as B  # noqa: E402
-from selfrepair.gim import circuits as C  # noqa: E402
 from selfrepair.gim import feature_attribution as FA  # noqa: E402
+from selfrepair.gim.attribute import (  # noqa: E402
+    METHODS,
+    edge_scores,
+    exact_edge_patching,
+    information_flow_routes,
+    per_edge_patching,
+    speed,
+)
+from selfrepair.gim.evaluate import faithfulness_curve, patched, run_circuit  # noqa: E402
+from selfrepair.gim.graph import Graph, top_edges  # noqa: E402
+from selfrepair.gim.hooks import forward_activations  # noqa: E402
+from selfrepair.gim.localization import localize  # noqa: E402
 from selfrepair.gim.selfrepair_attention import attention_selfrepair, patterns  # noqa: E402
 from selfrepair.tasks import ioi  # noqa: E402
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
@@ -91,16 +102,16 @@ def _cf(n=4, T=8, seed=0):
 
 def _gim_calls(b):
     data = _cf()
-    graph = C.Graph.from_bridge(b)
+    graph = Graph.from_bridge(b)
     s = torch.randn(graph.valid.shape, generator=torch.Generator().manual_seed(0)) * graph.valid
-    half = C.top_edges(graph, s, graph.n_edges // 2, absolute=True)
+    half = top_edges(graph, s, graph.n_edges // 2, absolute=True)
     tokens, pos, target = data.clean[:1], int(data.pos[0]), int(data.answer[0])
     truth = torch.zeros_like(data.clean[:2], dtype=torch.bool)
     truth[:, 2] = True
 
     def patched_run():
-        _, a_corr = C.forward_activations(b, graph, data.corrupt)
-        with C.patched(b, graph, half, a_corr):
+        _, a_corr = forward_activations(b, graph, data.corrupt)
+        with patched(b, graph, half, a_corr):
             b(data.clean)
 
     def with_gim(name):
@@ -111,16 +122,16 @@ def _gim_calls(b):
         return run
 
     return {
-        "forward_activations": lambda: C.forward_activations(b, graph, data.clean),
-        **{f"edge_scores[{m}]": (lambda m=m: C.edge_scores(b, graph, data, m, ig_steps=2)) for m in C.METHODS},
+        "forward_activations": lambda: forward_activations(b, graph, data.clean),
+        **{f"edge_scores[{m}]": (lambda m=m: edge_scores(b, graph, data, m, ig_steps=2)) for m in METHODS},
         "patched": patched_run,
-        "run_circuit": lambda: C.run_circuit(b, graph, data, half),
-        "faithfulness_curve": lambda: C.faithfulness_curve(b, graph, data, s, fractions=(0.1, 1.0)),
-        "localize": lambda: C.localize(b, data, "gim", fractions=(0.1, 1.0)),
-        "per_edge_patching": lambda: C.per_edge_patching(b, graph, _cf(n=2, T=4)),
-        "exact_edge_patching": lambda: C.exact_edge_patching(b, graph, _cf(n=2, T=4)),
-        "information_flow_routes": lambda: C.information_flow_routes(b, graph, _cf(n=2, T=4)),
-        "speed": lambda: C.speed(b, _cf(n=2, T=4)),
+        "run_circuit": lambda: run_circuit(b, graph, data, half),
+        "faithfulness_curve": lambda: faithfulness_curve(b, graph, data, s, fractions=(0.1, 1.0)),
+        "localize": lambda: localize(b, data, "gim", fractions=(0.1, 1.0)),
+        "per_edge_patching": lambda: per_edge_patching(b, graph, _cf(n=2, T=4)),
+        "exact_edge_patching": lambda: exact_edge_patching(b, graph, _cf(n=2, T=4)),
+        "information_flow_routes": lambda: information_flow_routes(b, graph, _cf(n=2, T=4)),
+        "speed": lambda: speed(b, _cf(n=2, T=4)),
         **{f"gim[{v}]": with_gim(v) for v in B.VARIANTS},
         **{f"attribute[{m}]": (lambda m=m: FA.attribute(b, tokens, pos, target, 0, m, ig_steps=2)) for m in FA.METHODS},
         "faithfulness_scores": lambda: FA.faithfulness_scores(b, tokens, pos, target, 0, torch.arange(8.0)),
@@ -177,11 +188,11 @@ def test_no_call_leaves_the_model_changed(bridge, package):
 def test_prepared_restores_flags_set_by_the_caller(bridge):
     """A caller's own flags (here use_attn_in on, which excludes split q/k/v inputs) survive."""
     data = _cf()
-    graph = C.Graph.from_bridge(bridge)
+    graph = Graph.from_bridge(bridge)
     bridge.set_use_attn_in(True)
     try:
         before = state(bridge)
-        C.edge_scores(bridge, graph, data, "eap")
+        edge_scores(bridge, graph, data, "eap")
         assert state(bridge) == before and bridge.cfg.use_attn_in and not bridge.cfg.use_split_qkv_input
     finally:
         bridge.set_use_attn_in(False)
@@ -200,7 +211,7 @@ def test_caller_can_still_take_gradients_after_localize(bridge):
 
     before = user_grads()
     assert before
-    C.localize(bridge, _cf(), "eap", fractions=(0.5, 1.0))
+    localize(bridge, _cf(), "eap", fractions=(0.5, 1.0))
     after = user_grads()
     assert after.keys() == before.keys()
     assert all(torch.equal(after[n], before[n]) for n in before)

@@ -44,7 +44,11 @@ G_CODE_FA = (
 )
 G_CODE = (
     "gim/backward",
-    "gim/circuits",
+    "gim/graph",
+    "gim/hooks",
+    "gim/evaluate",
+    "gim/attribute",
+    "gim/localization",
     "tasks/counterfactual",
     "tasks/registry",
     "tasks/mcqa",
@@ -164,7 +168,7 @@ rule gim_tables:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("gim/circuits", "core/stats"),
+        code=code_hash("gim/localization", "core/stats"),
     script:
         "../../scripts/gim_tables.py"
 
@@ -237,7 +241,11 @@ rule gim_published:
         "../../envs/selfrepair.yaml"
     params:
         code=code_hash(
-            "core/published", "gim/circuits", "gim/selfrepair_attention", "core/stats"
+            "core/published",
+            "gim/graph",
+            "gim/localization",
+            "gim/selfrepair_attention",
+            "core/stats",
         ),
     script:
         "../../scripts/gim_published.py"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from selfrepair.gim.circuits import logit_diff
+from selfrepair.gim.evaluate import logit_diff
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from selfrepair.gim.circuits import Graph
+from selfrepair.gim.graph import Graph
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 

@@ -1,0 +1,302 @@
+"""Edge scores of the localization methods: EAP, EAP-IG and GIM-EAP (one forward and one
+backward per batch), exact per-edge activation patching (EActP), information flow routes
+(IFR), and brute-force per-edge patching; ``method_scores`` dispatches on the method's name.
+
+Grouped-query attention: k and v inputs belong to key/value heads. The edge
+``u->a{L}.h{H}<k>`` scores the shared input of H's group divided by the group size (so
+the edge scores still sum to the first-order total).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+from selfrepair.gim.backward import GIMConfig, gim, with_hooks
+from selfrepair.gim.evaluate import logit_diff, run_circuit
+from selfrepair.gim.graph import Graph
+from selfrepair.gim.hooks import forward_activations, on_prepared
+from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm")
+GRADIENT_POINTS = ("clean", "corrupted")  # edge_scores(gradient_at=...): noising, denoising
+
+
+# ---------------------------------------------------------------- scores ---------
+def _method_config(method: str):
+    if method in ("eap", "eap-ig"):
+        return None
+    return GIMConfig.variant(method)
+
+
+@on_prepared
+def edge_scores(
+    bridge,
+    graph: Graph,
+    data: CounterfactualBatch,
+    method: str = "eap",
+    batch_size: int = 32,
+    ig_steps: int = 5,
+    gradient_at: str = "clean",
+) -> torch.Tensor:
+    """Edge scores [n_forward, n_backward] (zero off the graph).
+
+    score(u->v) = sum over batch, position and hidden dim of
+    (a_u(corrupt) - a_u(clean)) . dL/d(input of v), L = -logit_diff, divided by the
+    number of examples. ``eap-ig``: gradients averaged over the input embeddings
+    interpolated from corrupt to clean at k/steps, k = 0..steps-1. ``gim*``: EAP
+    under the GIM backward (all three modifications, or all but one).
+    One forward and one backward per batch (and per IG step).
+
+    ``gradient_at`` (``eap`` and ``gim*``), where dL/d(input of v) is taken:
+    ``"clean"`` (default; MIB's and the papers' numbers): on the clean run, the
+    noising estimate of L(clean with u->v patched to corrupt) - L(clean), which is
+    what the faithfulness evaluation patches. ``"corrupted"``: on the corrupted run,
+    the denoising estimate of logit_diff(corrupt with u->v restored to clean) -
+    logit_diff(corrupt), TransformerLens's ``attribution_patch`` (edge granularity,
+    summed over positions). Both have the same sign: positive favours the answer.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; one of {METHODS}")
+    if gradient_at not in GRADIENT_POINTS:
+        raise ValueError(f"unknown gradient_at {gradient_at!r}; one of {GRADIENT_POINTS}")
+    if gradient_at != "clean" and method == "eap-ig":
+        raise ValueError("eap-ig integrates along the corrupt -> clean path; gradient_at applies to eap and gim*")
+    cfg = _method_config(method)
+    slots = graph.backward_slots()
+    rep = graph.n_heads // graph.n_kv_heads
+    total = torch.zeros(len(graph.forward), len(graph.backward))
+    for b in data.batches(batch_size):
+        _, a_clean = forward_activations(bridge, graph, b.clean)
+        _, a_corr = forward_activations(bridge, graph, b.corrupt)
+        diff = a_corr - a_clean  # [B, T, F, d]
+        steps = [None] if method != "eap-ig" else [k / ig_steps for k in range(ig_steps)]
+        grads_sum = None
+        for alpha in steps:
+            grads = {}
+            bwd_hooks = []
+            for name, cols in slots.items():
+
+                def cap(x, hook, name=name):
+                    # a fresh tensor: its gradient is the flow into this input only
+                    # (the hook's own input may also feed the residual stream)
+                    y = x.clone()
+                    y.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach()))
+                    return y
+
+                bwd_hooks.append((name, cap))
+            if alpha is not None:
+                inp_clean, inp_corr = a_clean[:, :, 0], a_corr[:, :, 0]
+                interp = (inp_corr + alpha * (inp_clean - inp_corr)).detach().requires_grad_(True)
+                bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", lambda x, hook: interp))
+            else:
+                leaf = {}
+
+                def make_leaf(x, hook):
+                    leaf["x"] = x.detach().requires_grad_(True)
+                    return leaf["x"]
+
+                bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", make_leaf))
+            with gim(bridge, cfg) if cfg is not None else nullcontext():
+                with with_hooks(bridge, bwd_hooks):
+                    logits = bridge(b.clean if gradient_at == "clean" else b.corrupt)
+                    loss = -logit_diff(logits, b).sum()
+                    loss.backward()
+            G = torch.zeros(diff.shape[0], diff.shape[1], len(graph.backward), graph.d_model)
+            for name, cols in slots.items():
+                g = grads[name]
+                for j, s in cols:
+                    G[:, :, j] = g if s is None else (g[:, :, s] / (rep if not name.endswith("q_input") else 1))
+            grads_sum = G if grads_sum is None else grads_sum + G
+        G = grads_sum / len(steps)
+        total += torch.einsum("btfd,btgd->fg", diff, G)
+    return (total / len(data)) * graph.valid
+
+
+# ---------------------------------------------------------------- EActP, IFR -----
+def _repeat(b: CounterfactualBatch, k: int) -> CounterfactualBatch:
+    """``b`` stacked ``k`` times (copy c holds rows c*len(b) .. (c+1)*len(b)-1)."""
+    return CounterfactualBatch(
+        b.clean.repeat(k, 1), b.corrupt.repeat(k, 1), b.answer.repeat(k), b.foil.repeat(k), b.pos.repeat(k)
+    )
+
+
+def _column_groups(graph: Graph):
+    """(hook name, slot, [columns]) per physical downstream input: a column per edge
+    target, except that under grouped-query attention the k (v) inputs of the heads of
+    one key/value group are one input."""
+    out = {}
+    for name, cols in graph.backward_slots().items():
+        for j, s in cols:
+            out.setdefault((name, s), []).append(j)
+    return [(name, s, js) for (name, s), js in out.items()]
+
+
+@on_prepared
+def exact_edge_patching(
+    bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64, max_rows: int = 4096
+) -> torch.Tensor:
+    """EActP: every edge's exact effect, [n_forward, n_backward] (zero off the graph).
+
+    score(u->v) = mean over examples of logit_diff(clean) - logit_diff(clean with only
+    u->v patched to corrupt), the quantity EAP estimates (same sign: positive favours
+    the answer), what :func:`per_edge_patching` computes one masked run at a time.
+    With one edge patched nothing upstream of v changes, so v's input just shifts by
+    a_u(corrupt) - a_u(clean); the runs of all parents of one input are batched
+    together (at most ``max_rows`` rows and about 2^27 logits per forward) and the
+    activations are computed once per batch. Under grouped-query attention an edge
+    into a head's k (v) input patches its group's shared input and scores that effect
+    divided by the group size (the convention of :func:`edge_scores`).
+    """
+    rep = graph.n_heads // graph.n_kv_heads
+    total = torch.zeros(graph.valid.shape)
+    for b in data.batches(batch_size):
+        logits, a_clean = forward_activations(bridge, graph, b.clean)
+        _, a_corr = forward_activations(bridge, graph, b.corrupt)
+        base = logit_diff(logits, b)  # [B]
+        n, t, vocab = logits.shape
+        per_run = max(1, min(max_rows, 2**27 // (t * vocab)) // n)  # parents per forward
+        shift = (a_corr - a_clean).permute(2, 0, 1, 3)  # [F, B, T, d]
+        for name, slot, cols in _column_groups(graph):
+            parents = graph.valid[:, cols[0]].nonzero().flatten().tolist()
+            for c in range(0, len(parents), per_run):
+                chunk = parents[c : c + per_run]
+                d = shift[chunk].reshape(len(chunk) * n, t, -1)
+
+                def move(x, hook, d=d, slot=slot):
+                    x = x.clone()
+                    if slot is None:
+                        return x + d
+                    x[:, :, slot] = x[:, :, slot] + d
+                    return x
+
+                with torch.no_grad():
+                    out = bridge.run_with_hooks(b.clean.repeat(len(chunk), 1), fwd_hooks=[(name, move)])
+                effect = (base.repeat(len(chunk)) - logit_diff(out, _repeat(b, len(chunk)))).view(len(chunk), n)
+                share = 1.0 / rep if (slot is not None and not name.endswith("q_input")) else 1.0
+                for j in cols:
+                    total[chunk, j] += effect.sum(1) * share
+    return (total / len(data)) * graph.valid
+
+
+def proximity_shares(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """Information-flow-routes importance (Ferrando & Voita 2024) of each part of a sum.
+
+    ``parts`` [..., K, d], ``total`` [..., d]: proximity_k = max(|total|_1 -
+    |total - part_k|_1, 0), normalised to sum 1 over k (all zero where every proximity
+    is zero). Returns [..., K]."""
+    prox = (total.abs().sum(-1, keepdim=True) - (total.unsqueeze(-2) - parts).abs().sum(-1)).clamp(min=0)
+    return prox / prox.sum(-1, keepdim=True).clamp(min=torch.finfo(prox.dtype).tiny)
+
+
+def position_weights(pos: torch.Tensor, n_pos: int) -> torch.Tensor:
+    """[B, n_pos] weights of a per-example mean over positions: 1 / (pos_b + 1) at the
+    positions 0 .. pos_b of example b (up to the one whose logits are read), 0 after.
+    Summed against per-position values they give each example's mean over its own
+    positions, whatever its length; dividing the sum over examples by their number then
+    averages the examples (not the pooled (example, position) pairs)."""
+    live = (torch.arange(n_pos)[None, :] <= pos[:, None]).float()
+    return live / live.sum(1, keepdim=True).clamp(min=1)
+
+
+@on_prepared
+def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64) -> torch.Tensor:
+    """Information flow routes on the clean run only (no corrupted input, no gradient).
+
+    score(u->v) = :func:`proximity_shares` of a_u within v's actual input (the residual
+    stream v reads, biases included, so the parents' shares can sum to less than 1),
+    averaged per example over the positions up to the one whose logits are read (later
+    positions cannot reach it; with right padding and the logits read at the last
+    token, these are the example's unpadded positions), then averaged over examples:
+    MIB's order (EAP-IG ``get_scores_information_flow_routes``), so an example counts
+    the same whatever its length. Scores are >= 0, so the signed and the absolute
+    rankings are the same.
+    """
+    total = torch.zeros(graph.valid.shape)
+    groups = _column_groups(graph)
+    for b in data.batches(batch_size):
+        inputs = {}
+
+        def keep(name):  # bound to the name asked for (the bridge reports aliases)
+            def fn(x, hook):
+                inputs[name] = x.detach()
+
+            return fn
+
+        names = dict.fromkeys(g[0] for g in groups)
+        _, a = forward_activations(bridge, graph, b.clean, hooks=[(name, keep(name)) for name in names])
+        live = position_weights(b.pos.cpu(), a.shape[1]).to(a.device, a.dtype)  # [B, T]
+        for name, slot, cols in groups:
+            y = inputs[name] if slot is None else inputs[name][:, :, slot]
+            parents = graph.valid[:, cols[0]]
+            shares = proximity_shares(a[:, :, parents], y)  # [B, T, K]
+            s = torch.einsum("btk,bt->k", shares, live).to(total.device)
+            for j in cols:
+                total[parents, j] += s
+    return (total / len(data)) * graph.valid
+
+
+# ---------------------------------------------------------------- dispatch -------
+EACTP_MAX_EDGES = 5000  # config gim.eactp_max_edges
+
+
+def too_large(method: str, n_edges: int, eactp_max_edges: int = EACTP_MAX_EDGES) -> str | None:
+    """Why ``method`` is not run on a graph of ``n_edges`` edges (None: it is run)."""
+    if method == "eactp" and n_edges > eactp_max_edges:
+        return f"eactp not run: {n_edges} edges > eactp_max_edges {eactp_max_edges} (one forward per edge and example)"
+    return None
+
+
+SCORERS = {
+    "eactp": lambda bridge, graph, data, batch_size, ig_steps: exact_edge_patching(bridge, graph, data, batch_size),
+    "ifr": lambda bridge, graph, data, batch_size, ig_steps: information_flow_routes(bridge, graph, data, batch_size),
+}
+ALL_METHODS = METHODS + tuple(SCORERS)
+
+
+def method_scores(
+    bridge, graph: Graph, data: CounterfactualBatch, method: str, batch_size: int = 64, ig_steps: int = 5
+):
+    """Edge scores of any localization method: the gradient ones (:data:`METHODS`,
+    :func:`edge_scores`), exact per-edge patching (``eactp``) or information flow
+    routes (``ifr``)."""
+    if method in SCORERS:
+        return SCORERS[method](bridge, graph, data, batch_size, ig_steps)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; one of {ALL_METHODS}")
+    return edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps)
+
+
+@on_prepared
+def per_edge_patching(bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64) -> torch.Tensor:
+    """Ground-truth edge effects by brute force: for every edge, the change of the mean
+    -logit difference when only that edge is patched (one patched run per edge)."""
+    base = run_circuit(bridge, graph, data, graph.valid, batch_size).mean()
+    out = torch.zeros(graph.valid.shape)
+    for i, j in graph.valid.nonzero().tolist():
+        mask = graph.valid.clone()
+        mask[i, j] = False
+        out[i, j] = -(run_circuit(bridge, graph, data, mask, batch_size).mean() - base)
+    return out
+
+
+@on_prepared
+def speed(bridge, data: CounterfactualBatch, batch_size: int = 64) -> dict:
+    """Seconds to score every edge by EAP, by GIM-EAP and by per-edge activation patching."""
+    import time
+
+    graph = Graph.from_bridge(bridge)
+    out = {"n_edges": graph.n_edges, "n_examples": len(data)}
+    for method in ("eap", "gim"):
+        t = time.perf_counter()
+        edge_scores(bridge, graph, data, method, batch_size)
+        out[f"{method}_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    truth = per_edge_patching(bridge, graph, data, batch_size)
+    out["patching_s"] = time.perf_counter() - t
+    for method in ("eap", "gim"):
+        s = edge_scores(bridge, graph, data, method, batch_size)[graph.valid]
+        out[f"{method}_corr_with_patching"] = float(np.corrcoef(s.numpy(), truth[graph.valid].numpy())[0, 1])
+    return out

@@ -1,0 +1,97 @@
+"""Where the edge graph's nodes are on a TransformerLens 4 bridge, and the forward
+activations of every upstream node.
+
+``use_attn_result``, ``use_split_qkv_input`` and ``use_hook_mlp_in`` are switched on by
+``prepared`` for the duration of each call, then back: ``input`` is
+``blocks.0.hook_resid_pre``, a head's output is ``blocks.L.attn.hook_result[:, :, H]``,
+an MLP's ``blocks.L.hook_mlp_out``; a head's q/k/v input is
+``blocks.L.hook_{q,k,v}_input[:, :, H]``, an MLP's input ``blocks.L.hook_mlp_in``, the
+logits' input ``ln_final.hook_in`` (:meth:`Graph.backward_slots`).
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+
+import torch
+
+from selfrepair.gim.backward import frozen
+from selfrepair.gim.graph import Graph
+
+_GRAPH_FLAGS = ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in")
+
+
+@contextmanager
+def prepared(bridge):
+    """For the block: the bridge features the edge graph needs switched on
+    (``use_attn_result``, ``use_split_qkv_input``, ``use_hook_mlp_in``; ``use_attn_in``
+    off, as it excludes split q/k/v inputs) and every parameter frozen, so that scoring
+    never accumulates into the caller's ``.grad``. On exit every flag and every
+    parameter's ``requires_grad`` is what it was (nested use is fine)."""
+    flags = {f: bool(getattr(bridge.cfg, f, False)) for f in _GRAPH_FLAGS + ("use_attn_in",)}
+    if (
+        all(flags[f] for f in _GRAPH_FLAGS)
+        and not flags["use_attn_in"]
+        and not any(p.requires_grad for p in bridge.parameters())
+    ):
+        yield bridge  # already so (an enclosing call): nothing to change or restore
+        return
+    try:
+        if flags["use_attn_in"]:
+            bridge.set_use_attn_in(False)
+        bridge.set_use_attn_result(True)
+        bridge.set_use_split_qkv_input(True)
+        bridge.set_use_hook_mlp_in(True)
+        with frozen(bridge):
+            yield bridge
+    finally:
+        bridge.set_use_split_qkv_input(flags["use_split_qkv_input"])  # before use_attn_in: exclusive
+        bridge.set_use_attn_result(flags["use_attn_result"])
+        bridge.set_use_hook_mlp_in(flags["use_hook_mlp_in"])
+        if flags["use_attn_in"]:
+            bridge.set_use_attn_in(True)
+
+
+def on_prepared(fn):
+    """Run ``fn(bridge, ...)`` inside :func:`prepared`: no lasting change to the bridge."""
+
+    @functools.wraps(fn)
+    def wrapper(bridge, *args, **kwargs):
+        with prepared(bridge):
+            return fn(bridge, *args, **kwargs)
+
+    return wrapper
+
+
+def forward_hooks(graph: Graph):
+    """(hook name, [(forward index, head slot or None)]) of every upstream node."""
+    out = [("blocks.0.hook_resid_pre", [(0, None)])]
+    i = 1
+    for layer in range(graph.n_layers):
+        out.append((f"blocks.{layer}.attn.hook_result", [(i + h, h) for h in range(graph.n_heads)]))
+        i += graph.n_heads
+        out.append((f"blocks.{layer}.hook_mlp_out", [(i, None)]))
+        i += 1
+    return out
+
+
+def _stack_forward(graph: Graph, store: dict) -> torch.Tensor:
+    return torch.stack([store[i] for i in range(len(graph.forward))], dim=2)  # [B, T, F, d]
+
+
+@on_prepared
+def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and activations of every upstream node, [B, T, n_forward, d_model]."""
+    store = {}
+    fwd = []
+    for name, slots in forward_hooks(graph):
+
+        def rec(x, hook, slots=slots):
+            for i, s in slots:
+                store[i] = (x if s is None else x[:, :, s]).detach()
+
+        fwd.append((name, rec))
+    with torch.no_grad():
+        logits = bridge.run_with_hooks(tokens, fwd_hooks=list(hooks) + fwd)
+    return logits, _stack_forward(graph, store)
