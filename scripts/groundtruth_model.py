@@ -15,7 +15,6 @@ from selfrepair.core import components as C
 from selfrepair.core import interventions, models, runtime
 from selfrepair.gim import evaluate
 from selfrepair.groundtruth import pipeline
-from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import ioi
 from selfrepair.tasks.registry import get_task
 from selfrepair.tasks.sequences import Batch
@@ -32,16 +31,7 @@ if p.family == "heroes":
         n = min(int(p.n_eval), data["eval_tokens"].shape[0])
         batch = Batch(data["eval_tokens"][:n], data["eval_targets"][:n], data["eval_mask"][:n]).to(device)
         tokens = batch.tokens
-        specs = [
-            pipeline.GameSpec("logprob", lambda lg: -heroes.lm_loss(lg, batch)),
-            pipeline.GameSpec(
-                "accuracy",
-                lambda lg: heroes.exact_match(lg, batch.targets, batch.mask).float().mean(),
-                differentiable=False,
-                floor=0.0,
-            ),
-        ]
-        specs = [s for s in specs if s.name in p.games]
+        specs = pipeline.heroes_specs(batch, p.games)  # each with its engine form
 elif p.family == "ioi":
     prompts = ioi.sample_toy(int(p.n_eval), int(p.data_seed)).to(device)
     tokens = prompts.tokens
@@ -63,7 +53,9 @@ else:
     comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
     means = interventions.component_means(bridge, [tokens], comps)  # both modes' single drops are scored
     settings = pipeline.Settings(mode=p.mode, **p.settings)
-    tables = pipeline.model_tables(bridge, tokens, specs, comps, means, settings)
+    # paper A's coalition values come from core/engine.py (prefix reuse); the others' from the bridge
+    hf = models.load_hf(smk.input.model, device) if p.family == "heroes" else None
+    tables = pipeline.model_tables(bridge, tokens, specs, comps, means, settings, hf_model=hf)
     for name in ("shapley", "interactions", "scores", "timing"):
         t = tables[name].copy()
         t.insert(0, "model", p.model_id)

@@ -14,6 +14,7 @@ GT_SETTINGS = {
     for k in (
         "exact_max_players",
         "max_permutations",
+        "min_pairs",
         "rel_se",
         "pairs_per_round",
         "seed",
@@ -28,6 +29,7 @@ GT_CODE = code_hash(
     "groundtruth/games",
     "groundtruth/shapley",
     "core/interventions",
+    "core/engine",
     "core/attribution",
     "coax/score",
     "gim/backward",

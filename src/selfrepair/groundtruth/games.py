@@ -1,11 +1,29 @@
-"""Ablation games of a TransformerLens bridge: v(S) = a task metric with the components
-of S ablated, through the workflow's own intervention layer.
+"""Ablation games: v(S) = a task metric with the components of S ablated, through the
+workflow's own intervention layers.
 
-One call of a game runs :func:`selfrepair.core.interventions.run_ablated`: the batch is
-repeated once per coalition (at most ``max_rows`` sequences per forward), each copy with
-its own mask, and each copy's logits are reduced to one number. ``mode`` is ``'mean'``
-(each ablated hook set to its mean from :func:`interventions.component_means`, passed
-as ``means``) or ``'zero'``. Tokens and targets must be on the bridge's device.
+Two ways to evaluate a game, the same values to float rounding:
+
+- :class:`AblationGame`, any TransformerLens bridge: one call runs
+  :func:`selfrepair.core.interventions.run_ablated`: the batch is repeated once per
+  coalition (at most ``max_rows`` sequences per forward), each copy with its own mask,
+  and each copy's logits are reduced to one number (one full forward per coalition).
+- :class:`EngineGame`, paper A's GPT-2 models (the Hugging Face model, ``models.load_hf``):
+  paper A's own ablation engine (:mod:`selfrepair.core.engine`), which resumes each
+  coalition from the intact model's or the previous coalition's residual stream at the
+  first layer where they differ. The game puts each call's coalitions in the order that
+  makes consecutive ones share their longest layer prefix (:func:`engine_order`), so a
+  permutation's prefixes, and sets that differ only in late layers, cost only the layers
+  from their first difference. Its metric is an :class:`EngineReduce`
+  (:func:`exact_match_reduce`, :func:`logprob_reduce`).
+
+``mode`` is ``'mean'`` or ``'zero'``. Mean ablation sets each ablated hook (a head's z,
+an MLP's output) to its mean from :func:`interventions.component_means`, passed as
+``means``. The ground truth computes those means on the evaluation batch itself
+(``scripts/groundtruth_model.py``), pooled over every example and every position, the
+first token (paper A's START, the others' ``<bos>``) included: one mean vector per
+component, the same at every position (the sum over all B x T positions over B x T).
+Paper A's own C takes its means from the OOD batches behind G instead (heroes_scores),
+with the same pooling. Tokens and targets must be on the model's device.
 """
 
 from __future__ import annotations
@@ -16,9 +34,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from selfrepair.core import interventions
+from selfrepair.core import engine, interventions
 from selfrepair.core.components import Component
-from selfrepair.gim import circuits
+from selfrepair.gim import evaluate
 from selfrepair.heroes import scores as heroes
 from selfrepair.tasks import ioi
 from selfrepair.tasks.counterfactual import CounterfactualBatch
@@ -54,6 +72,123 @@ class AblationGame:
         self.n_coalitions += len(sets)
         self.n_calls += 1
         return np.array([float(v) for v in vals], dtype=np.float64)
+
+
+# ---------------------------------------------------------------- engine ----------
+def engine_order(sets: Sequence[Sequence[Component]]) -> list[int]:
+    """Indices of ``sets`` in the order the ablation engine runs them cheapest.
+
+    The engine resumes a set from the previous one (or the intact model) at the first
+    layer where the two differ, and within that layer reuses the attention output when
+    the layer's ablated heads agree. A set's key is, layer by layer, (its ablated heads
+    there, whether the layer's MLP is ablated); sorting the keys lexicographically puts
+    every set next to the one sharing its longest layer prefix (sorted strings: a
+    string's longest common prefix with any string before it is the one with its
+    predecessor), so each layer state of the batch is computed once: the fewest layers
+    any order of these sets runs. Stable: equal sets keep their order and run once.
+    """
+    n_layers = 1 + max((c.layer for s in sets for c in s), default=-1)
+
+    def key(s):
+        heads = [set() for _ in range(n_layers)]
+        mlps = [False] * n_layers
+        for c in s:
+            if c.is_head:
+                heads[c.layer].add(c.head)
+            else:
+                mlps[c.layer] = True
+        return tuple((tuple(sorted(h)), m) for h, m in zip(heads, mlps))
+
+    keys = [key(s) for s in sets]
+    return sorted(range(len(sets)), key=keys.__getitem__)
+
+
+@dataclass
+class EngineReduce:
+    """How an :class:`EngineGame` turns logits into v.
+
+    ``positions``: the slice of sequence positions whose logits are needed (the engine
+    runs its last layer there only). ``per_rows(logits, rows)``: a [len(rows), k] tensor
+    of per-sequence partial results for the batch rows ``rows`` (a slice), ``logits``
+    [rows, positions, vocab]. ``finish(parts)``: v from the [B, k] partial results of all
+    rows."""
+
+    positions: slice | None
+    per_rows: Callable[[torch.Tensor, slice], torch.Tensor]
+    finish: Callable[[torch.Tensor], object]
+
+
+def exact_match_reduce(batch: Batch) -> EngineReduce:
+    """Paper A's exact-match accuracy (:func:`exact_match_game`'s v) on the engine: the
+    share of sequences right at every target position, read at the target positions."""
+    pos = heroes.target_positions(batch.mask)
+    targets, mask = batch.targets[:, pos], batch.mask[:, pos]
+    return EngineReduce(
+        pos,
+        lambda lg, r: heroes.exact_match(lg, targets[r], mask[r]).float()[:, None],
+        lambda parts: parts[:, 0].mean(),
+    )
+
+
+def logprob_reduce(batch: Batch) -> EngineReduce:
+    """:func:`logprob_game`'s v on the engine: the mean log-probability of the target over
+    all target positions of all sequences (minus the masked cross-entropy), from each
+    sequence's sum (float64) and count of target log-probabilities."""
+    pos = heroes.target_positions(batch.mask)
+    mask = batch.mask[:, pos]
+    targets = torch.where(mask, batch.targets[:, pos], 0)  # any index where no target is read
+
+    def per_rows(lg, r):
+        logp = torch.log_softmax(lg.float(), -1).gather(-1, targets[r][..., None])[..., 0]
+        m = mask[r]
+        return torch.stack([torch.where(m, logp, 0.0).double().sum(1), m.double().sum(1)], 1)
+
+    return EngineReduce(pos, per_rows, lambda parts: parts[:, 0].sum() / parts[:, 1].sum())
+
+
+class EngineGame:
+    """v(S) = ``reduce`` of the logits of ``tokens`` with S ablated, on paper A's ablation
+    engine (``model``: the Hugging Face GPT-2 LM, ``models.load_hf``; not a bridge).
+
+    ``mode`` and ``means`` as :class:`AblationGame` (the same means dict serves both);
+    ``rows``: sequences per engine chunk. Each call runs its coalitions in
+    :func:`engine_order` (``order=False``: in the order given) and returns the values in
+    the order given. ``reuse=False`` runs every coalition from the embedding (the same
+    values; the benchmark's comparison). ``n_coalitions`` and ``n_calls`` count the
+    coalitions evaluated and the calls made.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokens: torch.Tensor,
+        reduce: EngineReduce,
+        mode: str = "mean",
+        means: dict | None = None,
+        rows: int = 256,
+        order: bool = True,
+        reuse: bool = True,
+    ):
+        if mode not in interventions.MODES:
+            raise ValueError(f"unknown ablation mode {mode!r}; expected one of {interventions.MODES}")
+        if mode == "mean" and means is None:
+            raise ValueError("mean ablation needs means: pass interventions.component_means(bridge, ...)")
+        self.engine = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse)
+        self.tokens, self.reduce, self.order = tokens, reduce, order
+        self.n_coalitions = self.n_calls = 0
+
+    def __call__(self, sets: Sequence[Sequence[Component]]) -> np.ndarray:
+        sets = [list(s) for s in sets]
+        if not sets:
+            return np.empty(0, dtype=np.float64)
+        idx = engine_order(sets) if self.order else list(range(len(sets)))
+        parts = self.engine.run(self.tokens, [sets[i] for i in idx], self.reduce.per_rows, self.reduce.positions)
+        out = np.empty(len(sets), dtype=np.float64)
+        for i, p in zip(idx, parts):
+            out[i] = float(self.reduce.finish(p))
+        self.n_coalitions += len(sets)
+        self.n_calls += 1
+        return out
 
 
 def exact_match_game(
@@ -93,5 +228,5 @@ def counterfactual_game(
     bridge, data: CounterfactualBatch, mode: str = "mean", means: dict | None = None, max_rows: int = 4096
 ) -> AblationGame:
     """Paper C's toy tasks: v(S) = mean over rows of logit(answer) - logit(foil) at the
-    row's ``pos`` on the clean prompts (:func:`gim.circuits.logit_diff`)."""
-    return AblationGame(bridge, data.clean, lambda lg: circuits.logit_diff(lg, data).mean(), mode, means, max_rows)
+    row's ``pos`` on the clean prompts (:func:`gim.evaluate.logit_diff`)."""
+    return AblationGame(bridge, data.clean, lambda lg: evaluate.logit_diff(lg, data).mean(), mode, means, max_rows)

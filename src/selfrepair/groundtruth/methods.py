@@ -18,7 +18,8 @@ magnitude where the method has no sign (G, COAX energies):
 - ``eap_ig``: the same with dv/da averaged over ``steps`` states in which every
   component's output is b + alpha_k (a - b), alpha_k = (k - 1/2) / steps (midpoint
   rule), i.e. integrated gradients on the activations from the all-ablated state to the
-  clean one (as ``coax.baselines.eap_ig``);
+  clean one, every component at once (EAP-IG's node form on activations; paper B's
+  ``coax.baselines.eap_ig`` follows the COAX release instead: one layer at a time);
 - ``gim`` (paper C): ``atp`` with dv/da taken under the GIM backward
   (:func:`selfrepair.gim.backward.gim`: temperature softmax gradient, frozen norm
   scales, gradient normalization);

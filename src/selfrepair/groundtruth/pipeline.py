@@ -12,6 +12,14 @@ accuracy; toy IOI and paper C's toys: the logit difference), over every head and
 
 and every method of :mod:`selfrepair.groundtruth.methods` on the same batch, with the
 gradient methods on the first (differentiable) game's metric.
+
+Game values (every coalition above) come from the bridge's hooks
+(:class:`games.AblationGame`, one full forward per coalition), or, given paper A's
+Hugging Face model (``hf_model``), from paper A's own ablation engine
+(:class:`games.EngineGame`, prefix reuse; each game's :attr:`GameSpec.engine`), the same
+values to float rounding. The methods always run on the bridge. Mean ablation uses
+``means`` in both: each component's mean over every example and every position of the
+batch the caller pooled (the workflow: the evaluation batch, first token included).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import torch
 from selfrepair.core.components import Component
 from selfrepair.groundtruth import games, methods
 from selfrepair.groundtruth import shapley as sh
+from selfrepair.heroes import scores as heroes
 
 
 @dataclass
@@ -39,6 +48,28 @@ class GameSpec:
     reduce: Callable[[torch.Tensor], torch.Tensor]
     differentiable: bool = True
     floor: float | None = None
+    engine: games.EngineReduce | None = None  # the same v on paper A's ablation engine
+
+
+def heroes_specs(batch, names: Sequence[str] = ("logprob", "accuracy")) -> list[GameSpec]:
+    """Paper A's games on ``batch`` (a :class:`tasks.sequences.Batch`), in this order:
+    ``logprob`` (mean log-probability of the targets; differentiable, so it carries the
+    gradient methods) and ``accuracy`` (exact match; floor 0), each with its engine form,
+    those of ``names`` kept."""
+    specs = [
+        GameSpec("logprob", lambda lg: -heroes.lm_loss(lg, batch), engine=games.logprob_reduce(batch)),
+        GameSpec(
+            "accuracy",
+            lambda lg: heroes.exact_match(lg, batch.targets, batch.mask).float().mean(),
+            differentiable=False,
+            floor=0.0,
+            engine=games.exact_match_reduce(batch),
+        ),
+    ]
+    unknown = set(names) - {s.name for s in specs}
+    if unknown:
+        raise ValueError(f"unknown paper-A games {sorted(unknown)}; expected logprob, accuracy")
+    return [s for s in specs if s.name in names]
 
 
 @dataclass
@@ -47,6 +78,7 @@ class Settings:
     exact_max_players: int = 12
     max_permutations: int = 128
     rel_se: float = 0.05
+    min_pairs: int = sh.MIN_PAIRS
     pairs_per_round: int = 8
     seed: int = 0
     max_rows: int = 256
@@ -55,9 +87,30 @@ class Settings:
     protocol: str = "v2"
     top_r: int = 192
 
+    def __post_init__(self):
+        # the permutation estimator's own checks, made here so that a configuration that
+        # could not sample fails before any model is loaded, sampled or not
+        if not isinstance(self.min_pairs, int) or self.min_pairs < 2:
+            raise ValueError(f"min_pairs must be an integer >= 2, got {self.min_pairs!r}")
+        if self.max_permutations < 2 * self.min_pairs:
+            raise ValueError(
+                f"max_permutations = {self.max_permutations} is below 2 x min_pairs = {2 * self.min_pairs}: "
+                "the permutation estimator runs at least min_pairs antithetic pairs"
+            )
 
-def _singles(bridge, tokens, reduce, components, mode, means, max_rows) -> dict[str, float]:
-    game = games.AblationGame(bridge, tokens, reduce, mode, means, max_rows)
+
+def _game(bridge, hf_model, tokens, spec: GameSpec, mode: str, means, max_rows: int):
+    """The game of ``spec``: on paper A's engine when ``hf_model`` is given (``max_rows``
+    sequences per engine chunk), else on the bridge's hooks (``max_rows`` sequences per
+    forward)."""
+    if hf_model is None:
+        return games.AblationGame(bridge, tokens, spec.reduce, mode, means, max_rows)
+    if spec.engine is None:
+        raise ValueError(f"game {spec.name!r} has no engine form (GameSpec.engine): it cannot run on the engine")
+    return games.EngineGame(hf_model, tokens, spec.engine, mode, means, rows=max_rows)
+
+
+def _singles(game, components) -> dict[str, float]:
     v = game([[]] + [[c] for c in components])
     return {c.name: float(v[0] - v[i + 1]) for i, c in enumerate(components)}
 
@@ -69,11 +122,19 @@ def model_tables(
     components: Sequence[Component],
     means: dict | None,
     settings: Settings,
+    hf_model=None,
 ) -> dict[str, pd.DataFrame]:
-    """Tables ``shapley`` (game, component, shapley, se, single, estimator, ...),
+    """Tables ``shapley`` (game, component, shapley, se, ci95, single, estimator,
+    n_permutations, n_pairs, ...; ``ci95`` the half-width of the 95% t interval on
+    ``n_pairs`` antithetic pairs, 0 and 0 where exact),
     ``interactions`` (game, u, v, interaction, shapley_interaction) and ``scores``
     (game, method, component, score) of one model; ``timing`` (part, seconds,
-    coalitions)."""
+    coalitions).
+
+    ``hf_model``: paper A's Hugging Face GPT-2 (``models.load_hf`` of the bridge's
+    folder): every game value (Shapley, pairs, single drops in both modes) then comes
+    from paper A's ablation engine (each spec needs its ``engine`` form); None: from the
+    bridge. The tables have the same files and columns either way."""
     components = list(components)
     n = len(components)
     grad_spec = next((s for s in specs if s.differentiable), None)
@@ -84,7 +145,7 @@ def model_tables(
     method_scores = None
     for spec in specs:
         t0 = time.perf_counter()
-        game = games.AblationGame(bridge, tokens, spec.reduce, settings.mode, means, settings.max_rows)
+        game = _game(bridge, hf_model, tokens, spec, settings.mode, means, settings.max_rows)
         if n <= settings.exact_max_players:
             values = sh.coalition_values(game, components, max_players=settings.exact_max_players)
             phi, se = sh.shapley_from_values(values), np.zeros(n)
@@ -98,6 +159,7 @@ def model_tables(
                 components,
                 max_permutations=settings.max_permutations,
                 rel_se=settings.rel_se,
+                min_pairs=settings.min_pairs,
                 pairs_per_round=settings.pairs_per_round,
                 seed=settings.seed,
                 floor=spec.floor,
@@ -113,16 +175,18 @@ def model_tables(
         )
         pairs.insert(0, "game", spec.name)
         inter_frames.append(pairs)
-        for c, phi, s in zip(components, res.values, res.se):
+        for c, phi, s, ci in zip(components, res.values, res.se, res.ci95):
             shap_rows.append(
                 {
                     "game": spec.name,
                     "component": c.name,
                     "shapley": float(phi),
                     "se": float(s),
+                    "ci95": float(ci),
                     "single": float(single[c.name]),
                     "estimator": res.method,
                     "n_permutations": res.n_permutations,
+                    "n_pairs": res.n_pairs,
                     "n_evaluations": res.n_evaluations,
                     "n_truncated": res.n_truncated,
                     "converged": bool(res.converged),
@@ -134,7 +198,7 @@ def model_tables(
         t1 = time.perf_counter()
         by_mode = {
             settings.mode: single,
-            other: _singles(bridge, tokens, spec.reduce, components, other, means, settings.max_rows),
+            other: _singles(_game(bridge, hf_model, tokens, spec, other, means, settings.max_rows), components),
         }
         if method_scores is None and spec is grad_spec:
             method_scores = methods.all_methods(

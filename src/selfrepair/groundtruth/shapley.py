@@ -25,9 +25,21 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 Game = Callable[[list[list]], object]
 MAX_EXACT_PLAYERS = 20
+MIN_PAIRS = 32  # the permutation estimator's fewest antithetic pairs before it may stop
+
+
+def t_halfwidth(se, n_pairs: int, level: float = 0.95) -> np.ndarray:
+    """Half-width of the two-sided Student-t interval of a mean of ``n_pairs`` independent
+    pair estimates with standard error ``se``: t_{(1 + level) / 2, n_pairs - 1} x se.
+    NaN (as an array shaped like ``se``) with fewer than two pairs."""
+    se = np.asarray(se, dtype=np.float64)
+    if n_pairs < 2:
+        return np.full(se.shape, np.nan)
+    return float(stats.t.ppf((1 + level) / 2, n_pairs - 1)) * se
 
 
 @dataclass
@@ -35,10 +47,13 @@ class ShapleyResult:
     """Shapley values ``values[i]`` of ``players[i]`` for the drop v(empty) - v(S).
 
     ``se``: 0 for exact values; for the permutation estimator the Monte Carlo standard
-    error of each estimate (see :func:`permutation_shapley`), NaN with a single pair. It
-    does not include the sampling error of v itself (the finite evaluation data).
-    ``n_evaluations``: distinct coalitions the game evaluated; ``n_truncated``: marginal
-    contributions set to 0 by truncation at the floor, without evaluation.
+    error of each estimate (see :func:`permutation_shapley`). It does not include the
+    sampling error of v itself (the finite evaluation data). ``n_pairs``: the antithetic
+    pairs the estimate and its ``se`` rest on (0 for exact values). :attr:`ci95`: the
+    half-width of the 95% interval, Student t with ``n_pairs - 1`` degrees of freedom
+    (0 for exact values). ``n_evaluations``: distinct coalitions the game evaluated;
+    ``n_truncated``: marginal contributions set to 0 by truncation at the floor, without
+    evaluation.
     """
 
     players: list
@@ -51,10 +66,28 @@ class ShapleyResult:
     n_evaluations: int = 0
     n_truncated: int = 0
     converged: bool = True
+    n_pairs: int = 0
+
+    @property
+    def ci95(self) -> np.ndarray:
+        """Half-width of each value's 95% interval (value +- ci95): t_{0.975, n_pairs - 1}
+        x ``se`` for the permutation estimator, 0 for exact values."""
+        if self.method == "exact":
+            return np.zeros(len(self.values))
+        return t_halfwidth(self.se, self.n_pairs)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per player: ``component`` (its name), ``shapley``, ``se``."""
-        return pd.DataFrame({"component": [str(p) for p in self.players], "shapley": self.values, "se": self.se})
+        """One row per player: ``component`` (its name), ``shapley``, ``se``, ``ci95`` (the
+        95% half-width) and ``n_pairs``."""
+        return pd.DataFrame(
+            {
+                "component": [str(p) for p in self.players],
+                "shapley": self.values,
+                "se": self.se,
+                "ci95": self.ci95,
+                "n_pairs": self.n_pairs,
+            }
+        )
 
 
 def evaluate(game: Game, sets: Sequence[Sequence]) -> np.ndarray:
@@ -300,7 +333,7 @@ def permutation_shapley(
     players: Sequence,
     max_permutations: int = 1000,
     rel_se: float = 0.05,
-    min_pairs: int = 4,
+    min_pairs: int = MIN_PAIRS,
     pairs_per_round: int = 8,
     seed: int = 0,
     floor: float | None = None,
@@ -322,7 +355,16 @@ def permutation_shapley(
     v(empty), v(N) and repeated prefixes cost one evaluation each). After each round,
     once at least ``min_pairs`` pairs are in: stop when every player's se <= ``rel_se``
     x (max - min of the current estimates); otherwise stop at ``max_permutations``
-    (rounded down to an even number; ``converged`` tells which).
+    (rounded down to an even number; ``converged`` tells which). The estimator never
+    stops before ``min_pairs`` pairs (default 32): a standard deviation from a handful
+    of pairs can come out far too small (with 4 pairs an estimate was seen 12 SE from
+    the exact value), and the rule would then stop on it. The result carries
+    ``n_pairs`` and the t-based 95% half-width ``ci95`` (t with n_pairs - 1 degrees of
+    freedom), so the interval says how many pairs it rests on.
+
+    ValueError, before any evaluation, when ``min_pairs`` < 2 (a standard error needs
+    two pairs), ``pairs_per_round`` < 1, ``rel_se`` < 0 (0: never stop early) or
+    ``max_permutations`` < 2 x ``min_pairs`` (the cap would stop it before its minimum).
 
     ``floor``: truncation. Once a prefix's value is <= ``floor`` (e.g. accuracy 0), the
     remaining players of that permutation get marginal 0 without evaluation (the player
@@ -339,10 +381,19 @@ def permutation_shapley(
     n = len(players)
     if n == 0:
         raise ValueError("no players")
-    if max_permutations < 2:
-        raise ValueError("max_permutations must be >= 2 (one antithetic pair)")
-    if min_pairs < 1 or pairs_per_round < 1:
-        raise ValueError("min_pairs and pairs_per_round must be >= 1")
+    if not isinstance(min_pairs, (int, np.integer)) or min_pairs < 2:
+        raise ValueError(
+            f"min_pairs must be an integer >= 2 (a standard error needs two antithetic pairs), got {min_pairs!r}"
+        )
+    if not isinstance(pairs_per_round, (int, np.integer)) or pairs_per_round < 1:
+        raise ValueError(f"pairs_per_round must be an integer >= 1, got {pairs_per_round!r}")
+    if not rel_se >= 0:  # also refuses NaN
+        raise ValueError(f"rel_se must be >= 0 (0: run to max_permutations), got {rel_se!r}")
+    if max_permutations < 2 * min_pairs:
+        raise ValueError(
+            f"max_permutations = {max_permutations} allows {max_permutations // 2} antithetic pairs, fewer than "
+            f"min_pairs = {min_pairs}: set max_permutations >= {2 * min_pairs} (2 x min_pairs) or lower min_pairs"
+        )
     block = block or max(1, -(-n // 4))
     rng = np.random.default_rng(seed)
     cache = _Cache(game, players, chunk)
@@ -365,7 +416,7 @@ def permutation_shapley(
         est = est_all.mean(0)
         k = len(pair_est)
         se = est_all.std(0, ddof=1) / math.sqrt(k) if k > 1 else np.full(n, np.nan)
-        if k >= max(min_pairs, 2) and bool(np.all(se <= rel_se * (est.max() - est.min()))):
+        if k >= min_pairs and bool(np.all(se <= rel_se * (est.max() - est.min()))):
             converged = True
             break
     return ShapleyResult(
@@ -379,4 +430,5 @@ def permutation_shapley(
         n_evaluations=len(cache.values),
         n_truncated=n_trunc,
         converged=converged,
+        n_pairs=len(pair_est),
     )
