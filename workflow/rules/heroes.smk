@@ -321,6 +321,11 @@ for _fig, _tables in H_FIGURE_INPUTS.items():
 
 rule heroes_published:
     input:
+        **(
+            {"grid_claims": "results/heroes/grid/tables/claims.csv"}
+            if "authors" in HEROES["grid"]["cells"]
+            else {}
+        ),
         claims=PUBLISHED,
         seeds=f"{H_TABLES}/seeds.csv",
         rho=f"{H_TABLES}/rho.csv",
@@ -331,11 +336,6 @@ rule heroes_published:
         attention=f"{H_TABLES}/attention.csv",
         components=f"{H_TABLES}/components.csv",  # per seed: the role counts' and G's CIs over seeds
         # each claim under the authors'-code protocol too: the grid's 'authors' cell
-        **(
-            {"grid_claims": "results/heroes/grid/tables/claims.csv"}
-            if "authors" in HEROES["grid"]["cells"]
-            else {}
-        ),
     output:
         csv=report(
             "results/published/heroes.csv",
