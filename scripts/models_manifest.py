@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import hashlib
 import json
 import os
 import shutil
@@ -44,16 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from selfrepair.core import numerics  # noqa: E402  imports no torch
+from selfrepair.core.runtime import sha256_file as sha256  # noqa: E402  stdlib only
 
 COLUMNS = ["model", "sha256", "numerics", "cpu_vendor", "cpu", "configfiles"]
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def model_dirs(directory: Path) -> list[Path]:

@@ -9,18 +9,12 @@ warnings.filterwarnings("ignore")
 
 gim_ref = pytest.importorskip("gim")  # the reference package, pinned in requirements.lock
 
-from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.core.models import load_bridge, save_model  # noqa: E402
 from selfrepair.gim.backward import GIMConfig, gim, temperature_softmax, tsg_softmax  # noqa: E402
 from selfrepair.tasks.counterfactual import save_word_tokenizer  # noqa: E402
-from tiny_models import tiny_llama  # noqa: E402
+from tiny_models import save_toy_gpt2, tiny_llama  # noqa: E402
 
 NONE = dict(freeze_norm=False, softmax_temperature=None, q_scale=None, k_scale=None, v_scale=None)
-
-
-def _tiny_gpt2(folder):
-    cfg = gpt2_toy_config(vocab_size=20, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16)
-    save_model(build_gpt2_toy(cfg, seed=3, positional=True), folder)
-    save_word_tokenizer(folder, [f"t{i}" for i in range(20)])
 
 
 def _tiny_llama(folder):
@@ -31,7 +25,7 @@ def _tiny_llama(folder):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("gim_models")
-    _tiny_gpt2(root / "gpt2")
+    save_toy_gpt2(root / "gpt2", seed=3)
     _tiny_llama(root / "llama")
     out = {}
     for name in ("gpt2", "llama"):

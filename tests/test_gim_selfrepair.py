@@ -7,10 +7,11 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.core.models import load_bridge  # noqa: E402
 from selfrepair.gim.evaluate import logit_diff  # noqa: E402
 from selfrepair.gim.selfrepair_attention import attention_selfrepair, occurrences  # noqa: E402
-from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
+from selfrepair.tasks.counterfactual import CounterfactualBatch  # noqa: E402
+from tiny_models import save_toy_gpt2  # noqa: E402
 
 
 def test_occurrences_hand_counted():
@@ -24,10 +25,7 @@ def test_occurrences_hand_counted():
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("sr") / "m"
-    cfg = gpt2_toy_config(vocab_size=12, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=8)
-    save_model(build_gpt2_toy(cfg, seed=2, positional=True), folder)
-    save_word_tokenizer(folder, [f"t{i}" for i in range(12)])
+    folder = save_toy_gpt2(tmp_path_factory.mktemp("sr") / "m", vocab_size=12, n_ctx=8, seed=2)
     return load_bridge(folder, "cpu")
 
 

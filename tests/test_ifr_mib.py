@@ -10,12 +10,13 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
+from selfrepair.core.models import load_bridge  # noqa: E402
 from selfrepair.gim.attribute import ALL_METHODS, information_flow_routes, position_weights  # noqa: E402
 from selfrepair.gim.evaluate import run_circuit  # noqa: E402
 from selfrepair.gim.graph import Graph, greedy_edges, n_edges_at, select_edges, selection_rule, top_edges  # noqa: E402
 from selfrepair.gim.localization import localize  # noqa: E402
-from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer  # noqa: E402
+from selfrepair.tasks.counterfactual import CounterfactualBatch  # noqa: E402
+from tiny_models import save_toy_gpt2  # noqa: E402
 
 # One layer, one head: forward input, a0.h0, m0; 8 edges.
 SMALL = {
@@ -179,11 +180,7 @@ def test_per_example_mean_differs_from_the_pooled_one_by_hand():
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ifr_model")
-    cfg = gpt2_toy_config(vocab_size=20, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16)
-    save_model(build_gpt2_toy(cfg, seed=5, positional=True), root)
-    save_word_tokenizer(root, [f"t{i}" for i in range(20)])
-    return load_bridge(root, "cpu")
+    return load_bridge(save_toy_gpt2(tmp_path_factory.mktemp("ifr_model"), seed=5), "cpu")
 
 
 def _data(pos):

@@ -22,3 +22,15 @@ def tiny_llama(vocab_size: int = 20, n_kv_heads: int = 2, seed: int = 0, max_pos
         head_dim=4,
     )
     return LlamaForCausalLM(cfg)
+
+
+def save_toy_gpt2(folder, vocab_size: int = 20, n_ctx: int = 16, seed: int = 0):
+    """A 2-layer toy GPT-2 (2 heads, d_model 16, MLP 32, learned positions) saved in
+    ``folder`` with a word tokenizer t0..t{vocab_size-1}: a model paper C's code loads."""
+    from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, save_model
+    from selfrepair.tasks.counterfactual import save_word_tokenizer
+
+    cfg = gpt2_toy_config(vocab_size=vocab_size, n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=n_ctx)
+    save_model(build_gpt2_toy(cfg, seed=seed, positional=True), folder)
+    save_word_tokenizer(folder, [f"t{i}" for i in range(vocab_size)])
+    return folder

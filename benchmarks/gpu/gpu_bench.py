@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -55,6 +54,9 @@ from email.parser import Parser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))  # the project's stdlib-only helpers, before it is installed
+from selfrepair.core.runtime import sha256_file as sha256  # noqa: E402
+
 HERE = ROOT / "benchmarks" / "gpu"
 WHEELS = HERE / "wheels"
 PROBE_DIR = HERE / "probe"
@@ -65,7 +67,8 @@ PROFILE = "workflow/profiles/gpu"
 PROJECT = "selfrepair"
 
 GPU_HAS = ("torch", "transformers", "pandas", "scipy", "seaborn", "matplotlib")  # with their dependencies
-EXTRA_ROOTS = {"captum": "gim.feature_attribution (rule gim_fa) imports it; pyproject.toml does not list it"}
+# packages to ship beyond pyproject.toml's dependencies and the lock's Snakemake plugins
+EXTRA_ROOTS: dict[str, str] = {}
 LEFT_OUT = {
     "wandb": "transformer_lens imports it only in tools/training, which nothing here runs (20 MiB)",
     "pulp": "the ILP solver of Snakemake's default scheduler: the run passes --scheduler greedy (16 MiB)",
@@ -248,14 +251,6 @@ def wheel_metadata(path: Path) -> dict:
             raise PlanError(f"{path.name}: {len(meta)} .dist-info/METADATA files")
         msg = Parser().parsestr(z.read(meta[0]).decode())
     return {"name": canon(msg["Name"]), "version": msg["Version"], "requires": msg.get_all("Requires-Dist") or []}
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_folder(folder: Path, plan: Plan, src: Path = ROOT / "src") -> list[str]:

@@ -263,6 +263,17 @@ def atomic_path(path):
         raise
 
 
+def sha256_file(path) -> str:
+    """The SHA-256 hex digest of the file at ``path``, read in 1 MiB blocks (weights, wheels)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_json(path, obj) -> None:
     """Write JSON atomically (a crash never leaves half a file)."""
     with atomic_path(path) as tmp, open(tmp, "w") as f:

@@ -249,6 +249,53 @@ def groundtruth_agreement_markdown(df: pd.DataFrame, metric: str = "spearman") -
     return "\n".join(lines)
 
 
+NUMERICS_COLUMNS = [
+    "setup",
+    "aten",
+    "threads",
+    "steps_per_s",
+    "train_speed_vs_fast",
+    "coax_train_speed_vs_fast",
+    "gim_train_speed_vs_fast",
+    "scoring_seconds",
+    "scoring_speed_vs_fast",
+]
+
+
+def _where(column: str, values, columns=None):
+    """A renderer of the rows whose ``column`` is in ``values`` (and only ``columns``)."""
+
+    def render(df: pd.DataFrame) -> str:
+        rows = df[df[column].isin(values)]
+        return _plain(rows if columns is None else rows[columns])
+
+    return render
+
+
+def _groundtruth_findings(summary: pd.DataFrame) -> str | None:
+    return groundtruth_findings_markdown(summary) if (summary["paper"] == "groundtruth").any() else None
+
+
+# block name -> (the reference file it comes from, without .csv; its renderer, table ->
+# markdown, or None for no block); besides these, every name of PLAIN renders as it is.
+RENDERERS = {
+    "published": ("published_summary", None),  # these two read the file themselves
+    "headline": ("published_summary", None),
+    "portability": ("portability", lambda df: portability_markdown(df)),
+    "portability_native_scoring": ("portability_native_scoring", lambda df: portability_markdown(df)),
+    "benchmark_numerics": ("benchmark_numerics", lambda df: _plain(df[NUMERICS_COLUMNS])),
+    "benchmark_numerics_projection": (
+        "benchmark_numerics_projection",
+        _where("part", ["all"], ["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]),
+    ),
+    "heroes_grid_claims": ("heroes_grid_claims", lambda df: grid_claims_markdown(df)),
+    "heroes_grid_superadditivity": ("heroes_grid_superadditivity", _where("group", ["bloat"])),
+    "groundtruth_findings": ("published_summary", _groundtruth_findings),
+    "groundtruth_agreement": ("groundtruth_agreement", lambda df: groundtruth_agreement_markdown(df)),
+    "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
+}
+
+
 def blocks() -> dict[str, str]:
     """{block name: markdown} for every reference file present."""
     out = {}
@@ -260,47 +307,12 @@ def blocks() -> dict[str, str]:
         f = REFERENCE / f"{name}.csv"
         if f.exists():
             out[name] = _plain(pd.read_csv(f))
-    for name in ("portability", "portability_native_scoring"):
-        f = REFERENCE / f"{name}.csv"
-        if f.exists():
-            out[name] = portability_markdown(pd.read_csv(f))
-    f = REFERENCE / "benchmark_numerics.csv"
-    if f.exists():
-        cols = [
-            "setup",
-            "aten",
-            "threads",
-            "steps_per_s",
-            "train_speed_vs_fast",
-            "coax_train_speed_vs_fast",
-            "gim_train_speed_vs_fast",
-            "scoring_seconds",
-            "scoring_speed_vs_fast",
-        ]
-        out["benchmark_numerics"] = _plain(pd.read_csv(f)[cols])
-    f = REFERENCE / "benchmark_numerics_projection.csv"
-    if f.exists():
-        pr = pd.read_csv(f)
-        out["benchmark_numerics_projection"] = _plain(
-            pr[pr["part"] == "all"][["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]]
-        )
-    f = REFERENCE / "heroes_grid_claims.csv"
-    if f.exists():
-        out["heroes_grid_claims"] = grid_claims_markdown(pd.read_csv(f))
-    f = REFERENCE / "heroes_grid_superadditivity.csv"
-    if f.exists():
-        sup = pd.read_csv(f)
-        out["heroes_grid_superadditivity"] = _plain(sup[sup["group"] == "bloat"])
-    f = REFERENCE / "published_summary.csv"
-    if f.exists() and (pd.read_csv(f)["paper"] == "groundtruth").any():
-        out["groundtruth_findings"] = groundtruth_findings_markdown(pd.read_csv(f))
-    f = REFERENCE / "groundtruth_agreement.csv"
-    if f.exists():
-        out["groundtruth_agreement"] = groundtruth_agreement_markdown(pd.read_csv(f))
-    f = REFERENCE / "runtime.csv"
-    if f.exists():
-        rt = pd.read_csv(f)
-        out["runtime"] = _plain(rt[rt["step"].isin(["all", "train", "measure", "probe", "scores"])])
+    for name, (table, render) in RENDERERS.items():
+        f = REFERENCE / f"{table}.csv"
+        if render is not None and f.exists():
+            text = render(pd.read_csv(f))
+            if text is not None:
+                out[name] = text
     return out
 
 
