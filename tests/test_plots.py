@@ -144,7 +144,7 @@ def test_coax_discovery_figure_explains_its_marks(tmp_path, monkeypatch):
     # the published marks are config/published.yaml's values (paper: ioi_auc_*; release: *_r21)
     marks = {c.get_label(): c for c in ax.collections if "GPT-2" in str(c.get_label())}
     assert round(float(marks["paper (GPT-2 small)"].get_offsets()[0][1]), 6) == 0.33  # ioi_auc_single
-    assert round(float(marks["release 2.1.0 (GPT-2 small)"].get_offsets()[0][1]), 6) == 0.581  # eap_ig_r21
+    assert round(float(marks["release 2.1.0 (GPT-2 small)"].get_offsets()[0][1]), 6) == 0.603  # single_r21
     bars = [
         c
         for c in ax.collections
