@@ -18,10 +18,14 @@ the same coalitions; ``max_abs_diff``: the largest |v_engine - v_bridge| over th
 Workloads, on the two paper-A games (exact-match accuracy, mean log-probability of the
 targets): random coalitions (prefixes of random permutations, one size each), one round
 of the permutation estimator (every prefix of ``--pairs`` antithetic pairs of
-permutations, deduplicated, as the estimator's cache asks for them), and the permutation
+permutations, deduplicated, as the estimator's cache asks for them), the permutation
 estimator end to end on the log-probability game (``--permutations``, its minimum of
-pairs lowered to them here). The model is a randomly initialized GPT-2 of paper A's size
-(config.yaml's heroes model: 4 layers, 4 heads, d_model 128, d_mlp 512), or ``--model``.
+pairs lowered to them here), and then the exact-match game's estimator (truncated at 0)
+on an engine game of its own against the same game after the log-prob game on one
+``games.EngineGames``, which reruns none of the coalitions the log-prob game ran, as the
+ground truth runs them (``note``: how many ran). The model is a randomly initialized
+GPT-2 of paper A's size (config.yaml's heroes model: 4 layers, 4 heads, d_model 128,
+d_mlp 512), or ``--model``.
 
     .venv/bin/python benchmarks/bench_groundtruth.py [--n 200] [--length 9] [--coalitions 64]
         [--pairs 8] [--permutations 16] [--mode mean] [--max-rows 1024] [--threads 2]
@@ -216,6 +220,29 @@ def main():
     for path, (r, s) in res.items():
         diff = float(np.abs(r.values - rb.values).max())
         row(part, path, r.n_evaluations, s, float("nan"), sb * r.n_evaluations / rb.n_evaluations, diff, note)
+    # the ground truth's second game: exact match, truncated at 0, after the log-prob game
+    # on the same EngineGames (its permutations are the log-prob game's: the same seed),
+    # against exact match on an engine game of its own
+    reduces = {"log-prob": games.logprob_reduce(batch), "exact match": games.exact_match_reduce(batch)}
+    shared = games.EngineGames(hf, batch.tokens, reduces, a.mode, means, a.rows)
+    sh.permutation_shapley(shared.game("log-prob"), comps, **kw)
+    acc = {}
+    for path, game in (
+        (
+            "engine, a game of its own",
+            games.EngineGame(hf, batch.tokens, reduces["exact match"], a.mode, means, a.rows),
+        ),
+        ("engine, after log-prob on one EngineGames", shared.game("exact match")),
+    ):
+        run0 = game.shared.n_run
+        t0 = time.perf_counter()
+        r = sh.permutation_shapley(game, comps, floor=0.0, **kw)
+        acc[path] = r, time.perf_counter() - t0, game.shared.n_run - run0
+    ra = acc["engine, a game of its own"][0]
+    part = f"exact match, permutation Shapley ({ra.n_permutations} permutations, truncated at 0)"
+    for path, (r, s, n_run) in acc.items():
+        diff = float(np.abs(r.values - ra.values).max())
+        row(part, path, r.n_evaluations, s, float("nan"), float("nan"), diff, f"{n_run} coalitions run")
     floor_s = statistics.median(before + forward_times(br, batch.tokens, a.reps))
     df = pd.DataFrame(rows)
     df["floor_coalitions_per_s"] = 1 / floor_s

@@ -14,7 +14,7 @@ import pandas as pd
 from selfrepair.core import components as C
 from selfrepair.core import interventions, models, runtime
 from selfrepair.gim import evaluate
-from selfrepair.groundtruth import pipeline
+from selfrepair.groundtruth import games, pipeline
 from selfrepair.tasks import ioi
 from selfrepair.tasks.registry import get_task
 from selfrepair.tasks.sequences import Batch
@@ -35,12 +35,16 @@ if p.family == "heroes":
 elif p.family == "ioi":
     prompts = ioi.sample_toy(int(p.n_eval), int(p.data_seed)).to(device)
     tokens = prompts.tokens
-    specs = [pipeline.GameSpec("logit_diff", lambda lg: ioi.logit_diff(lg, prompts))]
+    specs = [pipeline.GameSpec("logit_diff", lambda lg: ioi.logit_diff(lg, prompts), engine=games.ioi_reduce(prompts))]
 elif p.family == "gim":
     cf = get_task(p.task).sample(int(p.n_eval), seed=int(p.data_seed))
     cf = type(cf)(*(t.to(device) for t in (cf.clean, cf.corrupt, cf.answer, cf.foil, cf.pos)))
     tokens = cf.clean
-    specs = [pipeline.GameSpec("logit_diff", lambda lg: evaluate.logit_diff(lg, cf).mean())]
+    specs = [
+        pipeline.GameSpec(
+            "logit_diff", lambda lg: evaluate.logit_diff(lg, cf).mean(), engine=games.counterfactual_reduce(cf)
+        )
+    ]
 else:
     raise ValueError(f"unknown ground-truth family {p.family!r}")
 
@@ -53,8 +57,9 @@ else:
     comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
     means = interventions.component_means(bridge, [tokens], comps)  # both modes' single drops are scored
     settings = pipeline.Settings(mode=p.mode, **p.settings)
-    # paper A's coalition values come from core/engine.py (prefix reuse); the others' from the bridge
-    hf = models.load_hf(smk.input.model, device) if p.family == "heroes" else None
+    # every coalition value comes from paper A's ablation engine (core/engine.py, prefix
+    # reuse; every model here is a Hugging Face GPT-2); the methods run on the bridge
+    hf = models.load_hf(smk.input.model, device)
     tables = pipeline.model_tables(bridge, tokens, specs, comps, means, settings, hf_model=hf)
     for name in ("shapley", "interactions", "scores", "timing"):
         t = tables[name].copy()

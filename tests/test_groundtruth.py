@@ -486,6 +486,79 @@ def test_engine_game_order_saves_layers_not_values(tiny_gt_folder):
     assert values[True] == pytest.approx(one_by_one, abs=1e-6)
 
 
+def _all_sets(comps):
+    import itertools
+
+    return [list(s) for k in range(len(comps) + 1) for s in itertools.combinations(comps, k)]
+
+
+@pytest.mark.parametrize("mode", ["mean", "zero"])
+def test_ioi_and_counterfactual_games_on_the_engine_equal_the_bridge_path(tiny_bridge, tiny_gt_folder, mode):
+    """Toy IOI's and paper C's logit-difference games on the ablation engine (the last
+    layer run only at the positions they read) against the bridge's hooks, every one of
+    the 2^6 coalitions, to float rounding; and one coalition by hand from the hooked
+    forward's logits."""
+    hf = models.load_hf(tiny_gt_folder)
+    comps = C.all_components(2, 2)
+    sets = _all_sets(comps)
+    g = torch.Generator().manual_seed(3)
+    clean = torch.randint(0, S.VOCAB, (7, 9), generator=g)
+    prompts = ioi.IOIPrompts(clean, *torch.randint(0, S.VOCAB, (2, 7), generator=g))
+    data = CounterfactualBatch(
+        clean, clean.flip(0), *torch.randint(0, S.VOCAB, (2, 7), generator=g), torch.tensor([8, 3, 5, 4, 8, 6, 3])
+    )
+    means = interventions.component_means(tiny_bridge, [clean], comps)
+    for bridge_game, reduce, by_hand in (
+        (
+            games.ioi_game(tiny_bridge, prompts, mode, means),
+            games.ioi_reduce(prompts),
+            lambda lg: ioi.logit_diff(lg, prompts),
+        ),
+        (
+            games.counterfactual_game(tiny_bridge, data, mode, means),
+            games.counterfactual_reduce(data),
+            lambda lg: logit_diff(lg, data).mean(),
+        ),
+    ):
+        want = bridge_game(sets)
+        got = games.EngineGame(hf, clean, reduce, mode, means, rows=3)(sets)
+        assert got == pytest.approx(want, abs=2e-5)
+        assert want.max() - want.min() > 0.02  # the coalitions differ 1000x the tolerance
+        logits = interventions.run_ablated(tiny_bridge, clean, [sets[20]], mode, means)[0]
+        assert got[20] == pytest.approx(float(by_hand(logits)), abs=2e-5)
+    assert games.counterfactual_reduce(data).positions == slice(3, 9)
+
+
+def test_engine_games_run_each_coalition_once_for_every_game(tiny_gt_folder):
+    """Two games on one EngineGames: the second game's coalitions that the first asked
+    for are not run again, and every value equals that game's own EngineGame."""
+    hf = models.load_hf(tiny_gt_folder)
+    comps = C.all_components(2, 2)
+    sets = _all_sets(comps)
+    raw = S.eval_set("sort", 4, 10, seed=8)
+    with torch.no_grad():
+        pred = hf(raw.tokens).logits.argmax(-1)
+    raw = S.Batch(raw.tokens, torch.where(raw.mask, pred, raw.targets), raw.mask)  # intact: all right
+    means = interventions.component_means(models.load_bridge(tiny_gt_folder), [raw.tokens], comps)
+    reduces = {"logprob": games.logprob_reduce(raw), "accuracy": games.exact_match_reduce(raw)}
+    shared = games.EngineGames(hf, raw.tokens, reduces, "mean", means, rows=4)
+    lp, acc = shared.game("logprob"), shared.game("accuracy")
+    first = lp(sets[:40] + sets[:5])
+    assert (shared.n_run, shared.n_engine_calls) == (40, 1)
+    second = acc(sets[10:30])
+    assert (shared.n_run, shared.n_engine_calls) == (40, 1)  # all 20 asked before
+    third = acc(sets)
+    assert (shared.n_run, shared.n_engine_calls) == (len(sets), 2)
+    assert (lp.n_calls, lp.n_coalitions, acc.n_calls, acc.n_coalitions) == (1, 45, 2, 20 + len(sets))
+    for name, got, asked in (("logprob", first, sets[:40] + sets[:5]), ("accuracy", third, sets)):
+        alone = games.EngineGame(hf, raw.tokens, reduces[name], "mean", means, rows=4)(asked)
+        assert got.tolist() == alone.tolist(), name
+    assert second.tolist() == third[10:30].tolist()
+    assert len(set(third.tolist())) > 2 and first.max() - first.min() > 1e-2
+    with pytest.raises(ValueError, match="no game 'loss'"):
+        shared.game("loss")
+
+
 def test_counterfactual_game_by_hand(tiny_bridge):
     g = torch.Generator().manual_seed(0)
     clean = torch.randint(0, S.VOCAB, (6, 7), generator=g)

@@ -7,14 +7,16 @@ Two ways to evaluate a game, the same values to float rounding:
   :func:`selfrepair.core.interventions.run_ablated`: the batch is repeated once per
   coalition (at most ``max_rows`` sequences per forward), each copy with its own mask,
   and each copy's logits are reduced to one number (one full forward per coalition).
-- :class:`EngineGame`, paper A's GPT-2 models (the Hugging Face model, ``models.load_hf``):
-  paper A's own ablation engine (:mod:`selfrepair.core.engine`), which resumes each
-  coalition from the intact model's or the previous coalition's residual stream at the
-  first layer where they differ. The game puts each call's coalitions in the order that
-  makes consecutive ones share their longest layer prefix (:func:`engine_order`), so a
-  permutation's prefixes, and sets that differ only in late layers, cost only the layers
-  from their first difference. Its metric is an :class:`EngineReduce`
-  (:func:`exact_match_reduce`, :func:`logprob_reduce`).
+- :class:`EngineGame`, any Hugging Face GPT-2 LM (``models.load_hf``; every model the
+  papers train here is one): paper A's own ablation engine (:mod:`selfrepair.core.engine`),
+  which resumes each coalition from the intact model's or the previous coalition's
+  residual stream at the first layer where they differ. The game puts each call's
+  coalitions in the order that makes consecutive ones share their longest layer prefix
+  (:func:`engine_order`), so a permutation's prefixes, and sets that differ only in late
+  layers, cost only the layers from their first difference. Its metric is an
+  :class:`EngineReduce` (:func:`exact_match_reduce`, :func:`logprob_reduce`,
+  :func:`ioi_reduce`, :func:`counterfactual_reduce`). Games that differ only in their
+  metric share one :class:`EngineGames`: each coalition runs once for all of them.
 
 ``mode`` is ``'mean'`` or ``'zero'``. Mean ablation sets each ablated hook (a head's z,
 an MLP's output) to its mean from :func:`interventions.component_means`, passed as
@@ -146,23 +148,65 @@ def logprob_reduce(batch: Batch) -> EngineReduce:
     return EngineReduce(pos, per_rows, lambda parts: parts[:, 0].sum() / parts[:, 1].sum())
 
 
-class EngineGame:
-    """v(S) = ``reduce`` of the logits of ``tokens`` with S ablated, on paper A's ablation
-    engine (``model``: the Hugging Face GPT-2 LM, ``models.load_hf``; not a bridge).
+def ioi_reduce(prompts: ioi.IOIPrompts) -> EngineReduce:
+    """:func:`ioi_game`'s v on the engine: the mean over prompts of logit[IO] - logit[S]
+    at the last position (:func:`tasks.ioi.logit_diff`; the engine's last layer runs
+    there only)."""
 
-    ``mode`` and ``means`` as :class:`AblationGame` (the same means dict serves both);
-    ``rows``: sequences per engine chunk. Each call runs its coalitions in
-    :func:`engine_order` (``order=False``: in the order given) and returns the values in
-    the order given. ``reuse=False`` runs every coalition from the embedding (the same
-    values; the benchmark's comparison). ``n_coalitions`` and ``n_calls`` count the
-    coalitions evaluated and the calls made.
+    def per_rows(lg, r):
+        idx = torch.arange(lg.shape[0], device=lg.device)
+        return (lg[idx, -1, prompts.io[r]] - lg[idx, -1, prompts.s[r]])[:, None]
+
+    return EngineReduce(slice(-1, None), per_rows, lambda parts: parts[:, 0].mean())
+
+
+def counterfactual_reduce(data: CounterfactualBatch) -> EngineReduce:
+    """:func:`counterfactual_game`'s v on the engine: the mean over rows of logit(answer) -
+    logit(foil) at the row's ``pos`` of the clean prompt; the last layer runs on the
+    positions from the smallest ``pos`` to the largest only."""
+    lo, hi = int(data.pos.min()), int(data.pos.max()) + 1
+
+    def per_rows(lg, r):
+        idx = torch.arange(lg.shape[0], device=lg.device)
+        at = lg[idx, data.pos[r] - lo]
+        return (at[idx, data.answer[r]] - at[idx, data.foil[r]])[:, None]
+
+    return EngineReduce(slice(lo, hi), per_rows, lambda parts: parts[:, 0].mean())
+
+
+def _span(positions: slice | None, length: int) -> tuple[int, int]:
+    """(start, stop) of a positions slice (None: all) on sequences of ``length`` tokens."""
+    start, stop, step = (positions or slice(None)).indices(length)
+    if step != 1:
+        raise ValueError(f"engine positions must be a contiguous slice, got {positions}")
+    return start, stop
+
+
+class EngineGames:
+    """Several games that differ only in how they read the logits, over one batch, on
+    paper A's ablation engine (``model``: the Hugging Face GPT-2 LM, ``models.load_hf``;
+    not a bridge): each coalition is run once and every game's value read from its logits.
+
+    ``reduces``: {game name: :class:`EngineReduce`}. ``game(name)`` is that game, a
+    callable on lists of coalitions (v in the order given). A call runs only the
+    coalitions that no game of this object has asked for before (in :func:`engine_order`;
+    ``order=False``: in the order first asked), each once, and keeps every game's value of
+    them: paper A's accuracy game then reads the coalitions of the log-probability game's
+    permutations (the same seed draws the same permutations) without running them again.
+    The logits of a coalition do not depend on which other coalitions a call runs (rows are
+    chunked the same way each time), so the values are those of one game alone.
+
+    ``mode``, ``means`` as :class:`AblationGame` (the same means dict serves both);
+    ``rows``: sequences per engine chunk; ``reuse=False`` runs every coalition from the
+    embedding (the same values; the benchmark's comparison). ``n_run``: coalitions run on
+    the engine, ``n_engine_calls``: engine calls made.
     """
 
     def __init__(
         self,
         model,
         tokens: torch.Tensor,
-        reduce: EngineReduce,
+        reduces: dict[str, EngineReduce],
         mode: str = "mean",
         means: dict | None = None,
         rows: int = 256,
@@ -173,19 +217,87 @@ class EngineGame:
             raise ValueError(f"unknown ablation mode {mode!r}; expected one of {interventions.MODES}")
         if mode == "mean" and means is None:
             raise ValueError("mean ablation needs means: pass interventions.component_means(bridge, ...)")
+        if not reduces:
+            raise ValueError("no games: pass at least one EngineReduce")
         self.engine = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse)
-        self.tokens, self.reduce, self.order = tokens, reduce, order
+        self.tokens, self.order = tokens, order
+        self.names = list(reduces)
+        self.reduces = [reduces[k] for k in self.names]
+        spans = [_span(r.positions, tokens.shape[1]) for r in self.reduces]
+        self.start, stop = min(a for a, _ in spans), max(b for _, b in spans)
+        self.positions = slice(self.start, stop)
+        self.slices = [slice(a - self.start, b - self.start) for a, b in spans]
+        self.cache: dict[frozenset, np.ndarray] = {}
+        self.n_run = self.n_engine_calls = 0
+
+    def _per_rows(self, logits: torch.Tensor, rows: slice) -> list[torch.Tensor]:
+        return [r.per_rows(logits[:, sl], rows) for r, sl in zip(self.reduces, self.slices)]
+
+    def _run(self, keys: list[frozenset]) -> None:
+        todo = list(dict.fromkeys(k for k in keys if k not in self.cache))  # first-asked order, once each
+        if not todo:
+            return
+        sets = [list(k) for k in todo]
+        idx = engine_order(sets) if self.order else list(range(len(sets)))
+        parts = self.engine.run(self.tokens, [sets[i] for i in idx], self._per_rows, self.positions)
+        for i, chunks in zip(idx, parts):  # chunks: per row chunk, one tensor per game
+            self.cache[todo[i]] = np.array(
+                [float(red.finish(torch.cat([c[g] for c in chunks]))) for g, red in enumerate(self.reduces)],
+                dtype=np.float64,
+            )
+        self.n_run += len(todo)
+        self.n_engine_calls += 1
+
+    def values(self, name: str, sets: Sequence[Sequence[Component]]) -> np.ndarray:
+        """v of game ``name`` for every coalition of ``sets``, in the order given."""
+        g = self.names.index(name)
+        keys = [frozenset(s) for s in sets]
+        self._run(keys)
+        return np.array([self.cache[k][g] for k in keys], dtype=np.float64)
+
+    def game(self, name: str) -> "EngineGame":
+        if name not in self.names:
+            raise ValueError(f"no game {name!r} here; games: {self.names}")
+        return EngineGame(shared=self, name=name)
+
+
+class EngineGame:
+    """v(S) = ``reduce`` of the logits of ``tokens`` with S ablated, on paper A's ablation
+    engine (``model``: the Hugging Face GPT-2 LM, ``models.load_hf``; not a bridge): one
+    game of an :class:`EngineGames` (``EngineGame(model, tokens, reduce, ...)`` makes one
+    of its own; ``EngineGames.game`` one that shares its coalitions with other games).
+
+    ``mode``, ``means``, ``rows``, ``order``, ``reuse`` as :class:`EngineGames`. Each call
+    returns the values in the order given. ``n_coalitions`` and ``n_calls`` count the
+    coalitions asked for and the calls made.
+    """
+
+    def __init__(
+        self,
+        model=None,
+        tokens: torch.Tensor | None = None,
+        reduce: EngineReduce | None = None,
+        mode: str = "mean",
+        means: dict | None = None,
+        rows: int = 256,
+        order: bool = True,
+        reuse: bool = True,
+        *,
+        shared: EngineGames | None = None,
+        name: str = "v",
+    ):
+        if shared is None:
+            if model is None or tokens is None or reduce is None:
+                raise TypeError("EngineGame needs model, tokens and reduce (or shared= and name=)")
+            shared = EngineGames(model, tokens, {name: reduce}, mode, means, rows, order, reuse)
+        self.shared, self.name = shared, name
         self.n_coalitions = self.n_calls = 0
 
     def __call__(self, sets: Sequence[Sequence[Component]]) -> np.ndarray:
         sets = [list(s) for s in sets]
         if not sets:
             return np.empty(0, dtype=np.float64)
-        idx = engine_order(sets) if self.order else list(range(len(sets)))
-        parts = self.engine.run(self.tokens, [sets[i] for i in idx], self.reduce.per_rows, self.reduce.positions)
-        out = np.empty(len(sets), dtype=np.float64)
-        for i, p in zip(idx, parts):
-            out[i] = float(self.reduce.finish(p))
+        out = self.shared.values(self.name, sets)
         self.n_coalitions += len(sets)
         self.n_calls += 1
         return out

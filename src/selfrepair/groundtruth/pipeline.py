@@ -14,10 +14,13 @@ and every method of :mod:`selfrepair.groundtruth.methods` on the same batch, wit
 gradient methods on the first (differentiable) game's metric.
 
 Game values (every coalition above) come from the bridge's hooks
-(:class:`games.AblationGame`, one full forward per coalition), or, given paper A's
-Hugging Face model (``hf_model``), from paper A's own ablation engine
-(:class:`games.EngineGame`, prefix reuse; each game's :attr:`GameSpec.engine`), the same
-values to float rounding. The methods always run on the bridge. Mean ablation uses
+(:class:`games.AblationGame`, one full forward per coalition), or, given the model's
+Hugging Face GPT-2 (``hf_model``), from paper A's ablation engine (:class:`games.EngineGames`,
+prefix reuse; each game's :attr:`GameSpec.engine`), the same values to float rounding.
+On the engine, the games of one model share their coalitions: one :class:`games.EngineGames`
+per ablation mode runs each coalition once and reads every game's value from it (paper
+A's accuracy game draws the log-probability game's permutations, so its Shapley values
+cost almost nothing more). The methods always run on the bridge. Mean ablation uses
 ``means`` in both: each component's mean over every example and every position of the
 batch the caller pooled (the workflow: the evaluation batch, first token included).
 """
@@ -99,15 +102,27 @@ class Settings:
             )
 
 
-def _game(bridge, hf_model, tokens, spec: GameSpec, mode: str, means, max_rows: int):
-    """The game of ``spec``: on paper A's engine when ``hf_model`` is given (``max_rows``
+def _games(bridge, hf_model, tokens, specs: Sequence[GameSpec], mode: str, means, max_rows: int):
+    """{spec name: its game}: on the engine when ``hf_model`` is given (one
+    :class:`games.EngineGames` for all specs, so each coalition runs once; ``max_rows``
     sequences per engine chunk), else on the bridge's hooks (``max_rows`` sequences per
     forward)."""
     if hf_model is None:
-        return games.AblationGame(bridge, tokens, spec.reduce, mode, means, max_rows)
-    if spec.engine is None:
-        raise ValueError(f"game {spec.name!r} has no engine form (GameSpec.engine): it cannot run on the engine")
-    return games.EngineGame(hf_model, tokens, spec.engine, mode, means, rows=max_rows)
+        return {s.name: games.AblationGame(bridge, tokens, s.reduce, mode, means, max_rows) for s in specs}
+    missing = [s.name for s in specs if s.engine is None]
+    if missing:
+        raise ValueError(f"games {missing} have no engine form (GameSpec.engine): they cannot run on the engine")
+    shared = games.EngineGames(hf_model, tokens, {s.name: s.engine for s in specs}, mode, means, rows=max_rows)
+    return {s.name: shared.game(s.name) for s in specs}
+
+
+def _n_run(games_: dict) -> int:
+    """Coalitions run so far by the games of a ``_games`` dict (the engine's shared count,
+    or each bridge game's own)."""
+    shared = {id(g.shared): g.shared for g in games_.values() if hasattr(g, "shared")}
+    if shared:
+        return sum(e.n_run for e in shared.values())
+    return sum(g.n_coalitions for g in games_.values())
 
 
 def _singles(game, components) -> dict[str, float]:
@@ -129,9 +144,9 @@ def model_tables(
     ``n_pairs`` antithetic pairs, 0 and 0 where exact),
     ``interactions`` (game, u, v, interaction, shapley_interaction) and ``scores``
     (game, method, component, score) of one model; ``timing`` (part, seconds,
-    coalitions).
+    coalitions: asked for, run: evaluated in that part, fewer where the games share them).
 
-    ``hf_model``: paper A's Hugging Face GPT-2 (``models.load_hf`` of the bridge's
+    ``hf_model``: the model's Hugging Face GPT-2 (``models.load_hf`` of the bridge's
     folder): every game value (Shapley, pairs, single drops in both modes) then comes
     from paper A's ablation engine (each spec needs its ``engine`` form); None: from the
     bridge. The tables have the same files and columns either way."""
@@ -143,9 +158,12 @@ def model_tables(
     other = "zero" if settings.mode == "mean" else "mean"
     shap_rows, inter_frames, score_frames, timing = [], [], [], []
     method_scores = None
+    by_game = _games(bridge, hf_model, tokens, specs, settings.mode, means, settings.max_rows)
+    other_games = _games(bridge, hf_model, tokens, specs, other, means, settings.max_rows)
     for spec in specs:
         t0 = time.perf_counter()
-        game = _game(bridge, hf_model, tokens, spec, settings.mode, means, settings.max_rows)
+        run0 = _n_run(by_game)
+        game = by_game[spec.name]
         if n <= settings.exact_max_players:
             values = sh.coalition_values(game, components, max_players=settings.exact_max_players)
             phi, se = sh.shapley_from_values(values), np.zeros(n)
@@ -166,7 +184,9 @@ def model_tables(
                 chunk=4096,
             )
             sii = None
-        t_shap = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        t_shap = t1 - t0
+        run1, other_run = _n_run(by_game), _n_run(other_games)
         singles, pairs = sh.pairwise_interactions(game, components)
         single = dict(zip(singles["unit"], singles["drop"]))
         idx = {c.name: i for i, c in enumerate(components)}
@@ -194,11 +214,12 @@ def model_tables(
                     "v_full": res.v_full,
                 }
             )
-        timing.append({"part": f"shapley {spec.name}", "seconds": t_shap, "coalitions": res.n_evaluations})
-        t1 = time.perf_counter()
+        timing.append(
+            {"part": f"shapley {spec.name}", "seconds": t_shap, "coalitions": res.n_evaluations, "run": run1 - run0}
+        )
         by_mode = {
             settings.mode: single,
-            other: _singles(_game(bridge, hf_model, tokens, spec, other, means, settings.max_rows), components),
+            other: _singles(other_games[spec.name], components),
         }
         if method_scores is None and spec is grad_spec:
             method_scores = methods.all_methods(
@@ -221,7 +242,14 @@ def model_tables(
             for k, v in d.items()
         ]
         score_frames.append(pd.DataFrame(rows).assign(game=spec.name))
-        timing.append({"part": f"pairs and singles {spec.name}", "seconds": time.perf_counter() - t1, "coalitions": 0})
+        timing.append(
+            {
+                "part": f"pairs and singles {spec.name}",
+                "seconds": time.perf_counter() - t1,
+                "coalitions": 0,
+                "run": _n_run(by_game) + _n_run(other_games) - run1 - other_run,
+            }
+        )
     # the gradient and COAX methods (one set, on the differentiable game's metric) stand
     # beside every game's Shapley values; the single drops are each game's own
     shared = method_scores[~method_scores["method"].str.startswith("single")]
