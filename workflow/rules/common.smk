@@ -60,8 +60,8 @@ COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])
 # resources: gpu=GPU_JOB in every compute rule: 1 when its jobs will use a GPU, so that
 # `--resources gpu=1` serializes them there; 0 on a CPU-only machine even for device auto.
 # Device auto is resolved here, once (runtime.cuda_available: no torch import without a
-# GPU device node). On a cluster that is the login node's answer: set device=cuda there,
-# or the gpu resource per rule (workflow/profiles/slurm).
+# GPU device node). On a cluster that is the login node's answer: set device=cuda there
+# (workflow/profiles/slurm then asks sbatch for one GPU per compute job).
 GPU_JOB = int(DEVICE != "cpu" and (DEVICE != "auto" or _cuda_available()))
 TARGETS = {}  # paper -> list of final files, filled by each paper's rule file
 # The published claims: relative to the working directory, else to the workflow (so that
