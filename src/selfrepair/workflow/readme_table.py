@@ -194,7 +194,6 @@ PLAIN = (
     "heroes_run",
     "benchmark_heroes",
     "benchmark_heroes_n1000",
-    "benchmark_groundtruth",
     "heroes_grid_rho",
     "heroes_grid_noise",
     "coax_ioi_summary",
@@ -249,6 +248,20 @@ def groundtruth_agreement_markdown(df: pd.DataFrame, metric: str = "spearman") -
     return "\n".join(lines)
 
 
+# benchmarks/bench_groundtruth.py's ratios (threads, n, the plain forward's seconds and the
+# matmul throughput are one value per run: the prose gives them)
+GROUNDTRUTH_BENCH_COLUMNS = [
+    "part",
+    "path",
+    "coalitions",
+    "seconds_per_coalition",
+    "over_bridge",
+    "over_floor",
+    "executed_fraction",
+    "over_executed",
+    "max_abs_diff",
+    "note",
+]
 NUMERICS_COLUMNS = [
     "setup",
     "aten",
@@ -274,46 +287,6 @@ def _where(column: str, values, columns=None):
 
 def _groundtruth_findings(summary: pd.DataFrame) -> str | None:
     return groundtruth_findings_markdown(summary) if (summary["paper"] == "groundtruth").any() else None
-
-
-# block name -> (the reference file it comes from, without .csv; its renderer, table ->
-# markdown, or None for no block); besides these, every name of PLAIN renders as it is.
-RENDERERS = {
-    "published": ("published_summary", None),  # these two read the file themselves
-    "headline": ("published_summary", None),
-    "portability": ("portability", lambda df: portability_markdown(df)),
-    "portability_native_scoring": ("portability_native_scoring", lambda df: portability_markdown(df)),
-    "benchmark_numerics": ("benchmark_numerics", lambda df: _plain(df[NUMERICS_COLUMNS])),
-    "benchmark_numerics_projection": (
-        "benchmark_numerics_projection",
-        _where("part", ["all"], ["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]),
-    ),
-    "heroes_grid_claims": ("heroes_grid_claims", lambda df: grid_claims_markdown(df)),
-    "heroes_grid_superadditivity": ("heroes_grid_superadditivity", _where("group", ["bloat"])),
-    "groundtruth_findings": ("published_summary", _groundtruth_findings),
-    "groundtruth_agreement": ("groundtruth_agreement", lambda df: groundtruth_agreement_markdown(df)),
-    "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
-}
-
-
-def blocks() -> dict[str, str]:
-    """{block name: markdown} for every reference file present."""
-    out = {}
-    f = REFERENCE / "published_summary.csv"
-    if f.exists():
-        out["published"] = published_markdown(f)
-        out["headline"] = headline_markdown(f)
-    for name in PLAIN:
-        f = REFERENCE / f"{name}.csv"
-        if f.exists():
-            out[name] = _plain(pd.read_csv(f))
-    for name, (table, render) in RENDERERS.items():
-        f = REFERENCE / f"{table}.csv"
-        if render is not None and f.exists():
-            text = render(pd.read_csv(f))
-            if text is not None:
-                out[name] = text
-    return out
 
 
 def portability_markdown(df: pd.DataFrame) -> str:
@@ -360,6 +333,47 @@ def _plain(df: pd.DataFrame) -> str:
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(_fmt(x) for x in row) + " |")
     return "\n".join(lines)
+
+
+# block name -> (the reference file it comes from, without .csv; its renderer, table ->
+# markdown, or None for no block); besides these, every name of PLAIN renders as it is.
+RENDERERS = {
+    "published": ("published_summary", None),  # these two read the file themselves
+    "headline": ("published_summary", None),
+    "portability": ("portability", portability_markdown),
+    "portability_native_scoring": ("portability_native_scoring", portability_markdown),
+    "benchmark_numerics": ("benchmark_numerics", lambda df: _plain(df[NUMERICS_COLUMNS])),
+    "benchmark_groundtruth": ("benchmark_groundtruth", lambda df: _plain(df[GROUNDTRUTH_BENCH_COLUMNS])),
+    "benchmark_numerics_projection": (
+        "benchmark_numerics_projection",
+        _where("part", ["all"], ["setup", "cpu_s_fast", "cpu_s", "cost_vs_fast"]),
+    ),
+    "heroes_grid_claims": ("heroes_grid_claims", grid_claims_markdown),
+    "heroes_grid_superadditivity": ("heroes_grid_superadditivity", _where("group", ["bloat"])),
+    "groundtruth_findings": ("published_summary", _groundtruth_findings),
+    "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
+    "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
+}
+
+
+def blocks() -> dict[str, str]:
+    """{block name: markdown} for every reference file present."""
+    out = {}
+    f = REFERENCE / "published_summary.csv"
+    if f.exists():
+        out["published"] = published_markdown(f)
+        out["headline"] = headline_markdown(f)
+    for name in PLAIN:
+        f = REFERENCE / f"{name}.csv"
+        if f.exists():
+            out[name] = _plain(pd.read_csv(f))
+    for name, (table, render) in RENDERERS.items():
+        f = REFERENCE / f"{table}.csv"
+        if render is not None and f.exists():
+            text = render(pd.read_csv(f))
+            if text is not None:
+                out[name] = text
+    return out
 
 
 def render(readme: str, parts: dict[str, str]) -> str:
