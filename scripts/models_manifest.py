@@ -152,6 +152,13 @@ def run_numerics(directory: Path) -> dict:
     return {"numerics": mode, "cpu_vendor": vendor, "cpu": cpu}
 
 
+def _committed_unchanged(path: Path) -> bool:
+    """Whether git tracks ``path`` and it equals the committed file (HEAD)."""
+    where = dict(cwd=path.parent, capture_output=True)
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", path.name], **where).returncode == 0
+    return tracked and subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path.name], **where).returncode == 0
+
+
 def provenance(tables: list[str], directory: Path, out: Path) -> None:
     import pandas as pd
 
@@ -160,10 +167,17 @@ def provenance(tables: list[str], directory: Path, out: Path) -> None:
     new = pd.DataFrame([{"table": Path(t).name, **rec, "commit": commit.stdout.strip() or "unknown",
                          "date": time.strftime("%Y-%m-%d")} for t in tables], columns=PROVENANCE_COLUMNS)  # fmt: skip
     old = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=PROVENANCE_COLUMNS)
+    # a named table whose bytes git has committed unchanged keeps its row: copying the same
+    # table again (a partial rerun, then `make reference`) does not restamp it
+    kept = {t for t in new["table"] if t in set(old["table"]) and _committed_unchanged(out.parent / t)}
+    new = new[~new["table"].isin(kept)]
     old = old[~old["table"].isin(new["table"])]
     both = pd.concat([d for d in (old, new) if not d.empty], ignore_index=True)
     both.sort_values("table").to_csv(out, index=False)
-    print(f"provenance of {len(new)} tables ({rec['numerics']}, {rec['cpu_vendor']}) written to {out}")
+    print(
+        f"provenance of {len(new)} tables ({rec['numerics']}, {rec['cpu_vendor']}) written to {out}; "
+        f"{len(kept)} unchanged since the last commit kept their rows"
+    )
 
 
 def main() -> None:

@@ -47,6 +47,33 @@ def test_provenance_needs_one_record_and_keeps_other_rows(tmp_path):
         M.provenance(["b.csv"], mixed, out)
 
 
+def test_provenance_keeps_the_row_of_a_table_committed_unchanged(tmp_path):
+    """`make reference` after a partial rerun: a table copied again with the same bytes as
+    committed keeps its row (commit, date); a changed or new one gets this run's."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)  # fmt: skip
+
+    out = tmp_path / "numerics.csv"
+    pd.DataFrame([{"table": t, "numerics": "fast", "cpu_vendor": "AuthenticAMD", "cpu": "AMD EPYC",
+                   "commit": "abc", "date": "2026-01-01"} for t in ("same.csv", "edited.csv")]).to_csv(out, index=False)  # fmt: skip
+    for t in ("same.csv", "edited.csv"):
+        (tmp_path / t).write_text("x,y\n1,2\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "reference")
+    (tmp_path / "edited.csv").write_text("x,y\n1,3\n")
+    (tmp_path / "new.csv").write_text("x\n1\n")
+    M.provenance(["same.csv", "edited.csv", "new.csv"], G.CHECKPOINTS, out)
+    got = pd.read_csv(out).set_index("table")
+    assert list(got.index) == ["edited.csv", "new.csv", "same.csv"]
+    assert (got.loc["same.csv", "commit"], got.loc["same.csv", "cpu_vendor"]) == ("abc", "AuthenticAMD")
+    assert got.loc["edited.csv", "commit"] != "abc" and got.loc["new.csv", "commit"] != "abc"
+    assert got.loc["edited.csv", "numerics"] == G.TRAIN_NUMERICS
+
+
 def test_expectation_follows_the_mode_and_the_vendor(monkeypatch):
     monkeypatch.setattr(numerics, "can_pin", lambda: True)
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
