@@ -67,7 +67,8 @@ def edge_scores(
     cfg = _method_config(method)
     slots = graph.backward_slots()
     rep = graph.n_heads // graph.n_kv_heads
-    total = torch.zeros(len(graph.forward), len(graph.backward))
+    device = _device(bridge)  # sums on the model's device, returned on the CPU (as graph.valid)
+    total = torch.zeros(len(graph.forward), len(graph.backward), device=device)
     for b in data.batches(batch_size):
         _, a_clean = forward_activations(bridge, graph, b.clean)
         _, a_corr = forward_activations(bridge, graph, b.corrupt)
@@ -104,7 +105,7 @@ def edge_scores(
                     logits = bridge(b.clean if gradient_at == "clean" else b.corrupt)
                     loss = -logit_diff(logits, b).sum()
                     loss.backward()
-            G = torch.zeros(diff.shape[0], diff.shape[1], len(graph.backward), graph.d_model)
+            G = torch.zeros(diff.shape[0], diff.shape[1], len(graph.backward), graph.d_model, device=device)
             for name, cols in slots.items():
                 g = grads[name]
                 for j, s in cols:
@@ -112,7 +113,12 @@ def edge_scores(
             grads_sum = G if grads_sum is None else grads_sum + G
         G = grads_sum / len(steps)
         total += torch.einsum("btfd,btgd->fg", diff, G)
-    return (total / len(data)) * graph.valid
+    return (total.cpu() / len(data)) * graph.valid
+
+
+def _device(bridge) -> torch.device:
+    """The device of the model's weights (where its activations and gradients live)."""
+    return next(bridge.parameters()).device
 
 
 # ---------------------------------------------------------------- EActP, IFR -----
@@ -151,7 +157,7 @@ def exact_edge_patching(
     divided by the group size (the convention of :func:`edge_scores`).
     """
     rep = graph.n_heads // graph.n_kv_heads
-    total = torch.zeros(graph.valid.shape)
+    total = torch.zeros(graph.valid.shape, device=_device(bridge))  # returned on the CPU
     for b in data.batches(batch_size):
         logits, a_clean = forward_activations(bridge, graph, b.clean)
         _, a_corr = forward_activations(bridge, graph, b.corrupt)
@@ -178,7 +184,7 @@ def exact_edge_patching(
                 share = 1.0 / rep if (slot is not None and not name.endswith("q_input")) else 1.0
                 for j in cols:
                     total[chunk, j] += effect.sum(1) * share
-    return (total / len(data)) * graph.valid
+    return (total.cpu() / len(data)) * graph.valid
 
 
 def proximity_shares(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
