@@ -154,8 +154,8 @@ def ioi_reduce(prompts: ioi.IOIPrompts) -> EngineReduce:
     there only)."""
 
     def per_rows(lg, r):
-        idx = torch.arange(lg.shape[0], device=lg.device)
-        return (lg[idx, -1, prompts.io[r]] - lg[idx, -1, prompts.s[r]])[:, None]
+        rows = ioi.IOIPrompts(prompts.tokens[r], prompts.io[r], prompts.s[r])
+        return ioi.logit_diff(lg, rows, reduce=False)[:, None]
 
     return EngineReduce(slice(-1, None), per_rows, lambda parts: parts[:, 0].mean())
 
@@ -166,10 +166,9 @@ def counterfactual_reduce(data: CounterfactualBatch) -> EngineReduce:
     positions from the smallest ``pos`` to the largest only."""
     lo, hi = int(data.pos.min()), int(data.pos.max()) + 1
 
-    def per_rows(lg, r):
-        idx = torch.arange(lg.shape[0], device=lg.device)
-        at = lg[idx, data.pos[r] - lo]
-        return (at[idx, data.answer[r]] - at[idx, data.foil[r]])[:, None]
+    def per_rows(lg, r):  # the rows r, their positions counted from lo
+        rows = CounterfactualBatch(data.clean[r], data.corrupt[r], data.answer[r], data.foil[r], data.pos[r] - lo)
+        return evaluate.logit_diff(lg, rows)[:, None]
 
     return EngineReduce(slice(lo, hi), per_rows, lambda parts: parts[:, 0].mean())
 
