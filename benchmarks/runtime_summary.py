@@ -27,7 +27,7 @@ def part_and_step(path: Path, root: Path) -> tuple[str, str]:
     step = "run" if re.fullmatch(r"data\d+", step) else step
     if part == "coax" and len(rel.parts) > 2:  # coax/{ioi,induction,pruning}/.../{train,run}.tsv
         step = f"{rel.parts[1]}_{step}"
-    if part == "groundtruth" and len(rel.parts) > 2:  # groundtruth/{heroes,ioi,gim}/.../seed{s}.tsv
+    if part == "groundtruth" and len(rel.parts) > 2:  # groundtruth/{heroes,gim}/{task}.tsv (ioi.tsv: its stem)
         step = rel.parts[1]
     return part, step
 

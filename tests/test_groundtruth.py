@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from selfrepair.core import components as C
-from selfrepair.core import interventions, models
+from selfrepair.core import engine, interventions, models
 from selfrepair.gim.evaluate import logit_diff
 from selfrepair.groundtruth import agreement, games, labels
 from selfrepair.groundtruth import shapley as sh
@@ -484,6 +484,36 @@ def test_engine_game_order_saves_layers_not_values(tiny_gt_folder):
     assert values[True] == pytest.approx(values[False], abs=1e-6)
     one_by_one = [games.EngineGame(hf, batch.tokens, games.logprob_reduce(batch), "mean", means)([s])[0] for s in sets]
     assert values[True] == pytest.approx(one_by_one, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["mean", "zero"])
+def test_sdpa_engine_calls_the_attention_kernel_directly_with_the_same_bits(tiny_gt_folder, mode):
+    """SdpaEngine (the attention kernel without the module's wrapper) against paper A's
+    engine: the logits of every coalition of a tiny model equal in every bit (the same
+    kernels on the same tensors, one process), every layer on the direct path after its
+    first call; a model on eager attention keeps the module's path, the same logits."""
+    hf = models.load_hf(tiny_gt_folder)
+    comps = C.all_components(2, 2)
+    batch = S.eval_set("sort", 5, 8, seed=11)
+    means = engine.means(hf, [batch.tokens])
+    sets = _all_sets(comps)
+    ref = engine.AblationEngine(hf, mode, means, rows=3).run(batch.tokens, sets)
+    fast = games.SdpaEngine(hf, mode, means, rows=3)
+    got = fast.run(batch.tokens, sets)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert fast.direct == {0: True, 1: True}
+    x = torch.randn(3, 6, 32)  # causal: position 0 attends to itself only, so its z is its own v
+    with torch.no_grad():
+        z = fast._direct_z(1, x)
+        v = hf.transformer.h[1].attn.c_attn(hf.transformer.h[1].ln_1(x))[..., 64:]
+    assert z.shape == (3, 6, 32) and torch.allclose(z[:, 0], v[:, 0], atol=1e-6)
+    assert not torch.allclose(z[:, 1], v[:, 1], atol=1e-3)
+    hf.config._attn_implementation = "eager"
+    try:
+        slow = games.SdpaEngine(hf, mode, means, rows=3)
+        assert slow.direct == {0: False, 1: False}
+    finally:
+        hf.config._attn_implementation = "sdpa"
 
 
 def _all_sets(comps):

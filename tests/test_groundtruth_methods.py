@@ -104,6 +104,37 @@ def test_grad_norms_are_heroes_g_and_leave_no_grad(tiny):
     assert all(p.grad is None for p in bridge.parameters())
 
 
+def test_one_backward_pass_gives_both_normalizations_of_g(tiny):
+    """The sqrt-normalized G derived from the raw norms (one backward pass) is the one
+    gradient_norms computes under 'sqrt' (the same floats, one division each)."""
+    bridge, batch, comps, _ = tiny
+    raw = methods.grad_norms(bridge, batch.tokens, comps, logprob(batch), "raw")
+    ref = methods.grad_norms(bridge, batch.tokens, comps, logprob(batch), "sqrt")
+    got = methods.sqrt_normalized(raw, comps, bridge.cfg)
+    assert [got[c.name] for c in comps] == pytest.approx([ref[c.name] for c in comps], rel=1e-12)
+    # by hand: a head reads a d_model x d_head slice of W_V (32 x 16), an MLP W_out (64 x 32)
+    assert got["L0H1"] == pytest.approx(raw["L0H1"] / np.sqrt(32 * 16), rel=1e-15)
+    assert got["L1MLP"] == pytest.approx(raw["L1MLP"] / np.sqrt(64 * 32), rel=1e-15)
+
+
+@pytest.mark.parametrize("mode,protocol", [("mean", "v2"), ("zero", "v1")])
+def test_coax_on_the_engine_equals_the_scan_on_the_bridge(tiny, tiny_dir, mode, protocol):
+    """COAX's single, cond and comp from the ablation engine's runs equal coax.scan's on
+    the bridge to float rounding, with a seed and without (cond NaN inside the seed)."""
+    bridge, batch, comps, means = tiny
+    hf = models.load_hf(tiny_dir)
+    for seed in ([comps[0], comps[3]], []):
+        ref = methods.coax_scores(bridge, batch.tokens, comps, seed, mode, means, protocol, top_r=8)
+        got = methods.coax_scores_engine(hf, batch.tokens, comps, seed, mode, means, protocol, top_r=8)
+        assert set(got) == set(ref) == {"coax_single", "coax_cond", "coax_comp"}
+        for k in ref:
+            x = [ref[k][c.name] for c in comps]
+            assert [got[k][c.name] for c in comps] == pytest.approx(x, rel=1e-4, abs=1e-7, nan_ok=True), k
+        assert max(ref["coax_single"].values()) > 1e-3
+        inside = {c.name for c in seed}
+        assert all(np.isnan(got["coax_cond"][n]) == (n in inside or not seed) for n in got["coax_cond"])
+
+
 def test_model_tables_on_a_tiny_model_against_brute_force(tiny):
     bridge, batch, comps, means = tiny
     specs = [
@@ -153,10 +184,10 @@ def test_sampled_shapley_within_its_se_of_the_exact_value(tiny):
 
 
 def test_model_tables_on_paper_a_engine_equal_the_bridge_path(tiny, tiny_dir):
-    """model_tables with paper A's Hugging Face model (every game value from the ablation
-    engine) and without (the bridge's hooks): the same files' columns and rows, the
-    log-probability values to float rounding, the accuracy values identical, exact and
-    sampled (antithetic permutations, truncated at accuracy 0)."""
+    """model_tables with paper A's Hugging Face model (every game value and COAX's runs
+    from the ablation engine) and without (the bridge's hooks): the same files' columns
+    and rows, the log-probability values and the methods to float rounding, the accuracy
+    values identical, exact and sampled (antithetic permutations, truncated at accuracy 0)."""
     bridge, batch, comps, means = tiny
     with torch.no_grad():
         pred = bridge(batch.tokens).argmax(-1)
@@ -183,6 +214,8 @@ def test_model_tables_on_paper_a_engine_equal_the_bridge_path(tiny, tiny_dir):
             for col in cols:
                 x, y = a[col].to_numpy(), b.loc[a.index, col].to_numpy()
                 acc = a.index.get_level_values("game") == "accuracy"
+                if name == "scores":  # the shared methods (COAX's runs on the engine too) are no game values
+                    acc &= a.index.get_level_values("method").str.startswith("single")
                 assert y[acc] == pytest.approx(x[acc], abs=1e-12, nan_ok=True), (name, col)
                 assert y[~acc] == pytest.approx(x[~acc], abs=2e-5, nan_ok=True), (name, col)
         sh = new["shapley"]

@@ -167,30 +167,60 @@ def grid_model_input(name):
 GT_FILES = ("shapley", "interactions", "scores", "timing")  # per model
 
 
+def gt_heroes_ids(task):
+    """Paper A's ground-truth models of ``task``: the ground truth's seeds that paper A trains."""
+    seeds = config["groundtruth"]["heroes"]["seeds"]
+    return [f"heroes/{task}/seed{s}" for s in seeds if s in config["heroes"]["seeds"]]
+
+
+def gt_ioi_ids():
+    return [f"ioi/seed{s}" for s in C_IOI["seeds"]]
+
+
+def gt_gim_ids(task):
+    return [f"gim/{task}/{m}/seed{s}" for m in G_MODELS for s in G_SEEDS]
+
+
+def gt_source(model_id):
+    """The run folder of the trained model behind a ground-truth model id (holding
+    ``model/``; paper A's also ``ood_batches.pt``)."""
+    family, rest = model_id.split("/", 1)
+    roots = {"heroes": "results/heroes", "ioi": f"{C_DIR}/ioi", "gim": G_DIR}
+    return f"{roots[family]}/{rest}"
+
+
+def gt_jobs(model_ids, data=False):
+    """A ground-truth job's ``models`` param: per model its id, model folder and (paper A)
+    its OOD batches."""
+    return [
+        {
+            "id": m,
+            "model": f"{gt_source(m)}/model",
+            **({"data": f"{gt_source(m)}/ood_batches.pt"} if data else {}),
+        }
+        for m in model_ids
+    ]
+
+
 def gt_models():
     """Model ids of every family whose paper runs: heroes/{task}/seed{s}, ioi/seed{s},
     gim/{task}/{model}/seed{s}."""
     out = []
     if "heroes" in PAPERS:
-        seeds = [
-            s
-            for s in config["groundtruth"]["heroes"]["seeds"]
-            if s in config["heroes"]["seeds"]
-        ]
-        out += [f"heroes/{t}/seed{s}" for t in config["heroes"]["tasks"] for s in seeds]
+        out += [m for t in config["heroes"]["tasks"] for m in gt_heroes_ids(t)]
     if "coax" in PAPERS:
-        out += [f"ioi/seed{s}" for s in C_IOI["seeds"]]
+        out += gt_ioi_ids()
     if "gim" in PAPERS:
-        out += [
-            f"gim/{t}/{m}/seed{s}"
-            for t in GIM["tasks"]
-            for m in G_MODELS
-            for s in G_SEEDS
-        ]
+        out += [m for t in GIM["tasks"] for m in gt_gim_ids(t)]
     return out
 
 
-def gt_out(prefix):
-    d = {f: f"results/groundtruth/models/{prefix}/{f}.csv" for f in GT_FILES}
-    d["info"] = f"results/groundtruth/models/{prefix}/info.json"
-    return d
+def gt_out(prefixes):
+    """The files one ground-truth job writes: per model id (a pattern: wildcards stay)
+    its tables and info.json."""
+    d = "results/groundtruth/models"
+    return [
+        f"{d}/{p}/{f}"
+        for p in prefixes
+        for f in [f"{t}.csv" for t in GT_FILES] + ["info.json"]
+    ]

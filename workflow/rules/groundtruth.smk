@@ -44,16 +44,21 @@ GT_COMMON = dict(
 )
 
 
+# One job per group of models (paper A: a task's seeds; toy IOI: every seed; paper C:
+# a task's models and seeds): a job's imports and process start, about 6 CPU-s, are paid
+# once per group, not once per model (they were a third to half of a paper-C model's job).
 rule groundtruth_heroes:
     input:
-        model="results/heroes/{task}/seed{seed}/model",
-        data="results/heroes/{task}/seed{seed}/ood_batches.pt",
+        model=lambda wc: [
+            j["model"] for j in gt_jobs(gt_heroes_ids(wc.task), data=True)
+        ],
+        data=lambda wc: [j["data"] for j in gt_jobs(gt_heroes_ids(wc.task), data=True)],
     output:
-        **gt_out("heroes/{task}/seed{seed}"),
+        gt_out(gt_heroes_ids("{task}")),
     log:
-        "logs/groundtruth/heroes/{task}/seed{seed}.log",
+        "logs/groundtruth/heroes/{task}.log",
     benchmark:
-        "benchmarks/groundtruth/heroes/{task}/seed{seed}.tsv"
+        "benchmarks/groundtruth/heroes/{task}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
@@ -63,7 +68,7 @@ rule groundtruth_heroes:
         **GT_COMMON,
         family="heroes",
         group="heroes/{task}",
-        model_id="heroes/{task}/seed{seed}",
+        models=lambda wc: gt_jobs(gt_heroes_ids(wc.task), data=True),
         mode=GT["heroes"]["mode"],
         n_eval=GT["heroes"]["n_eval"],
         games=GT["heroes"]["games"],
@@ -73,13 +78,13 @@ rule groundtruth_heroes:
 
 rule groundtruth_ioi:
     input:
-        model=f"{C_DIR}/ioi/seed{{seed}}/model",
+        model=[j["model"] for j in gt_jobs(gt_ioi_ids())],
     output:
-        **gt_out("ioi/seed{seed}"),
+        gt_out(gt_ioi_ids()),
     log:
-        "logs/groundtruth/ioi/seed{seed}.log",
+        "logs/groundtruth/ioi.log",
     benchmark:
-        "benchmarks/groundtruth/ioi/seed{seed}.tsv"
+        "benchmarks/groundtruth/ioi.tsv"
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
@@ -89,7 +94,7 @@ rule groundtruth_ioi:
         **GT_COMMON,
         family="ioi",
         group="ioi",
-        model_id="ioi/seed{seed}",
+        models=gt_jobs(gt_ioi_ids()),
         mode=GT["ioi"]["mode"],
         n_eval=C_IOI["n_prompts"],
         data_seed=C_IOI["truth_seed"],
@@ -99,13 +104,13 @@ rule groundtruth_ioi:
 
 rule groundtruth_gim:
     input:
-        model=f"{G_M}/model",
+        model=lambda wc: [j["model"] for j in gt_jobs(gt_gim_ids(wc.gtask))],
     output:
-        **gt_out("gim/{gtask}/{gmodel}/seed{gseed}"),
+        gt_out(gt_gim_ids("{gtask}")),
     log:
-        "logs/groundtruth/gim/{gtask}/{gmodel}/seed{gseed}.log",
+        "logs/groundtruth/gim/{gtask}.log",
     benchmark:
-        "benchmarks/groundtruth/gim/{gtask}/{gmodel}/seed{gseed}.tsv"
+        "benchmarks/groundtruth/gim/{gtask}.tsv"
     conda:
         "../../envs/selfrepair.yaml"
     threads: COMPUTE_THREADS
@@ -115,7 +120,7 @@ rule groundtruth_gim:
         **GT_COMMON,
         family="gim",
         group="gim/{gtask}",
-        model_id="gim/{gtask}/{gmodel}/seed{gseed}",
+        models=lambda wc: gt_jobs(gt_gim_ids(wc.gtask)),
         task="{gtask}",
         mode=GT["gim"]["mode"],
         n_eval=GIM["n_eval"],

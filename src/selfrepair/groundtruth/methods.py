@@ -25,11 +25,16 @@ magnitude where the method has no sign (G, COAX energies):
   scales, gradient normalization);
 - ``coax_single``, ``coax_cond``, ``coax_comp`` (paper B): :func:`selfrepair.coax.score.scan`
   with the seed S = the ``n_primary`` heads of largest single drop; components in
-  S have no cond / comp (NaN) and are left out of those methods' comparisons.
+  S have no cond / comp (NaN) and are left out of those methods' comparisons. Given the
+  model's Hugging Face GPT-2 (``hf_model``), the scan's ablated runs come from paper A's
+  ablation engine instead (:func:`coax_scores_engine`: the same energies to float
+  rounding, each run resumed at its first ablated layer, the last layer at the
+  protocol's positions only).
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Callable, Sequence
@@ -42,6 +47,7 @@ from selfrepair.coax import score as coax
 from selfrepair.core import attribution, interventions
 from selfrepair.core.components import Component
 from selfrepair.gim.backward import GIMConfig, frozen, gim, with_hooks
+from selfrepair.groundtruth import games
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 GRADIENT_METHODS = ("grad_norm", "grad_norm_raw", "atp", "eap_ig", "gim")
@@ -119,11 +125,16 @@ def gim_scores(bridge, tokens, components, metric, mode="mean", means=None, conf
     return _node_products(state, components)
 
 
-def eap_ig(bridge, tokens, components, metric, mode="mean", means=None, steps: int = 5) -> dict[str, float]:
-    """Integrated gradients on the component outputs, ``steps`` midpoints (module doc)."""
+def eap_ig(
+    bridge, tokens, components, metric, mode="mean", means=None, steps: int = 5, clean: dict | None = None
+) -> dict[str, float]:
+    """Integrated gradients on the component outputs, ``steps`` midpoints (module doc).
+    ``clean``: the clean state's :func:`activation_gradients` of the same call, if the
+    caller has it (``atp``'s), so it is not computed twice."""
     if steps < 1:
         raise ValueError("eap_ig needs steps >= 1")
-    clean = activation_gradients(bridge, tokens, components, metric, mode, means)
+    if clean is None:
+        clean = activation_gradients(bridge, tokens, components, metric, mode, means)
     total = dict.fromkeys((c.name for c in components), 0.0)
     for k in range(1, steps + 1):
         state = activation_gradients(bridge, tokens, components, metric, mode, means, alpha=(k - 0.5) / steps)
@@ -141,6 +152,14 @@ def grad_norms(bridge, tokens, components, metric, normalization="sqrt") -> dict
     return {k: float(v[0]) for k, v in norms.items()}
 
 
+def sqrt_normalized(raw: dict[str, float], components: Sequence[Component], cfg) -> dict[str, float]:
+    """``grad_norms(..., 'sqrt')`` from the raw norms of the same gradient (one backward
+    pass for both): each divided by sqrt(#entries) of the weight G reads, a head's slice of
+    W_V (d_model x d_head) or an MLP's W_out (d_mlp x d_model); ``cfg`` the bridge's."""
+    numel = {c.name: cfg.d_model * (cfg.d_head if c.is_head else cfg.d_mlp) for c in components}
+    return {k: v / math.sqrt(numel[k]) for k, v in raw.items()}
+
+
 def coax_scores(
     bridge, tokens, components, primaries, mode="mean", means=None, protocol="v2", top_r=192, max_rows=4096
 ) -> dict[str, dict[str, float]]:
@@ -148,6 +167,34 @@ def coax_scores(
     t = coax.scan(bridge, tokens, components, primaries, protocol, top_r, mode, means, max_rows=max_rows).table
     t = t.set_index("unit")
     return {f"coax_{k}": {u: float(t.loc[u, k]) for u in t.index} for k in ("single", "cond", "comp")}
+
+
+def coax_scores_engine(
+    hf_model, tokens, components, primaries, mode="mean", means=None, protocol="v2", top_r=192, rows=256
+) -> dict[str, dict[str, float]]:
+    """:func:`coax_scores` with the scan's runs (the intact model, every single ablation,
+    S alone, S + u for every u outside S) on paper A's ablation engine (``hf_model``, the
+    Hugging Face GPT-2 LM; ``means`` as the games'), the last layer at the protocol's
+    positions only; the support, energies, cond and comp are COAX's own
+    (:func:`coax.make_support`, :func:`coax.energy`), as :func:`coax.scan` forms them."""
+    components, primaries = list(components), list(primaries)
+    t = tokens.shape[1]
+    pos = list(range(t - 1)) if protocol == "v1" else [t - 1]  # coax.make_support's positions
+    lo = pos[0]
+    outside = [u for u in components if u not in primaries]
+    sets = [[]] + [[u] for u in components] + ([primaries] + [primaries + [u] for u in outside] if primaries else [])
+    eng = games.SdpaEngine(hf_model, mode, means, rows=rows)
+    logits = eng.run(tokens, sets, lambda lg, r: lg.float(), slice(lo, pos[-1] + 1))
+    support = coax.make_support(logits[0], protocol, top_r, [p - lo for p in pos])
+    z0, p0 = support.z0, support.p0
+    n = len(components)
+    single = {u.name: coax.energy(z0 - support.gather(z), p0) for u, z in zip(components, logits[1 : 1 + n])}
+    cond = dict.fromkeys(single, float("nan"))
+    if primaries:
+        zs = support.gather(logits[1 + n])
+        cond.update({u.name: coax.energy(zs - support.gather(z), p0) for u, z in zip(outside, logits[2 + n :])})
+    comp = {k: cond[k] - single[k] for k in single}
+    return {"coax_single": single, "coax_cond": cond, "coax_comp": comp}
 
 
 def all_methods(
@@ -163,6 +210,7 @@ def all_methods(
     protocol: str = "v2",
     top_r: int = 192,
     max_rows: int = 4096,
+    hf_model=None,
 ) -> pd.DataFrame:
     """Long table ``method``, ``component``, ``score`` of every method of the module doc.
 
@@ -170,6 +218,8 @@ def all_methods(
     (the ``single`` method is the one of the game's ``mode``; every mode given is also a
     ``single_{mode}`` method). COAX's seed: the ``n_primary`` heads with the largest
     single drop in the game's mode (paper B seeds with heads, the name movers).
+    ``hf_model`` (the model's Hugging Face GPT-2): COAX's runs on the ablation engine
+    (:func:`coax_scores_engine`, ``max_rows`` sequences per chunk); None: on the bridge.
     """
     components = list(components)
     if mode not in singles:
@@ -178,15 +228,22 @@ def all_methods(
     scores: dict[str, dict[str, float]] = {"single": singles[mode]}
     for m, d in singles.items():
         scores[f"single_{m}"] = d
-    scores["grad_norm"] = grad_norms(bridge, tokens, components, metric, "sqrt")
-    scores["grad_norm_raw"] = grad_norms(bridge, tokens, components, metric, "raw")
-    scores["atp"] = atp(bridge, tokens, components, metric, mode, means)
-    scores["eap_ig"] = eap_ig(bridge, tokens, components, metric, mode, means, ig_steps)
+    raw = grad_norms(bridge, tokens, components, metric, "raw")
+    scores["grad_norm"] = sqrt_normalized(raw, components, bridge.cfg)
+    scores["grad_norm_raw"] = raw
+    clean = activation_gradients(bridge, tokens, components, metric, mode, means)  # atp's state, eap_ig's end
+    scores["atp"] = _node_products(clean, components)
+    scores["eap_ig"] = eap_ig(bridge, tokens, components, metric, mode, means, ig_steps, clean=clean)
     scores["gim"] = gim_scores(bridge, tokens, components, metric, mode, means)
     heads = [c.name for c in components if c.is_head]
     order = sorted(heads, key=lambda n: -singles[mode][n])
     primaries = [c for c in components if c.name in set(order[:n_primary])]
-    scores.update(coax_scores(bridge, tokens, components, primaries, mode, means, protocol, top_r, max_rows))
+    if hf_model is None:
+        scores.update(coax_scores(bridge, tokens, components, primaries, mode, means, protocol, top_r, max_rows))
+    else:
+        scores.update(
+            coax_scores_engine(hf_model, tokens, components, primaries, mode, means, protocol, top_r, max_rows)
+        )
     rows = [
         {"method": m, "component": n, "score": float(d[n])}
         for m, d in scores.items()

@@ -1,4 +1,4 @@
-"""One model's ground truth and method scores (the job of rule groundtruth_model).
+"""One model's ground truth and method scores (rules groundtruth_{heroes,ioi,gim} run it for each model of a group).
 
 For each game of the model (paper A: the smooth log-probability game and exact-match
 accuracy; toy IOI and paper C's toys: the logit difference), over every head and MLP:
@@ -20,7 +20,8 @@ prefix reuse; each game's :attr:`GameSpec.engine`), the same values to float rou
 On the engine, the games of one model share their coalitions: one :class:`games.EngineGames`
 per ablation mode runs each coalition once and reads every game's value from it (paper
 A's accuracy game draws the log-probability game's permutations, so its Shapley values
-cost almost nothing more). The methods always run on the bridge. Mean ablation uses
+cost almost nothing more). The gradient methods run on the bridge; COAX's ablated runs on
+the engine too when it is given. Mean ablation uses
 ``means`` in both: each component's mean over every example and every position of the
 batch the caller pooled (the workflow: the evaluation batch, first token included).
 """
@@ -143,8 +144,10 @@ def model_tables(
     n_permutations, n_pairs, ...; ``ci95`` the half-width of the 95% t interval on
     ``n_pairs`` antithetic pairs, 0 and 0 where exact),
     ``interactions`` (game, u, v, interaction, shapley_interaction) and ``scores``
-    (game, method, component, score) of one model; ``timing`` (part, seconds,
-    coalitions: asked for, run: evaluated in that part, fewer where the games share them).
+    (game, method, component, score) of one model; ``timing`` (part, seconds: wall,
+    cpu_s: this process's CPU seconds, coalitions: asked for, run: evaluated in that
+    part, fewer where the games share them; part ``methods``: every method but the single
+    drops, once per model).
 
     ``hf_model``: the model's Hugging Face GPT-2 (``models.load_hf`` of the bridge's
     folder): every game value (Shapley, pairs, single drops in both modes) then comes
@@ -161,7 +164,7 @@ def model_tables(
     by_game = _games(bridge, hf_model, tokens, specs, settings.mode, means, settings.max_rows)
     other_games = _games(bridge, hf_model, tokens, specs, other, means, settings.max_rows)
     for spec in specs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run0 = _n_run(by_game)
         game = by_game[spec.name]
         if n <= settings.exact_max_players:
@@ -184,7 +187,7 @@ def model_tables(
                 chunk=4096,
             )
             sii = None
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         t_shap = t1 - t0
         run1, other_run = _n_run(by_game), _n_run(other_games)
         singles, pairs = sh.pairwise_interactions(game, components)
@@ -215,12 +218,19 @@ def model_tables(
                 }
             )
         timing.append(
-            {"part": f"shapley {spec.name}", "seconds": t_shap, "coalitions": res.n_evaluations, "run": run1 - run0}
+            {
+                "part": f"shapley {spec.name}",
+                "seconds": t_shap,
+                "cpu_s": c1 - c0,
+                "coalitions": res.n_evaluations,
+                "run": run1 - run0,
+            }
         )
         by_mode = {
             settings.mode: single,
             other: _singles(other_games[spec.name], components),
         }
+        t2, c2 = time.perf_counter(), time.process_time()
         if method_scores is None and spec is grad_spec:
             method_scores = methods.all_methods(
                 bridge,
@@ -235,7 +245,16 @@ def model_tables(
                 settings.protocol,
                 settings.top_r,
                 settings.max_rows,
+                hf_model=hf_model,
             )
+            timing_methods = {
+                "part": "methods",
+                "seconds": time.perf_counter() - t2,
+                "cpu_s": time.process_time() - c2,
+                "coalitions": 0,
+                "run": 0,
+            }
+        t3, c3 = time.perf_counter(), time.process_time()
         rows = [
             {"method": m, "component": k, "score": v}
             for m, d in [("single", single)] + [(f"single_{md}", d) for md, d in by_mode.items()]
@@ -245,11 +264,13 @@ def model_tables(
         timing.append(
             {
                 "part": f"pairs and singles {spec.name}",
-                "seconds": time.perf_counter() - t1,
+                "seconds": (t2 - t1) + (time.perf_counter() - t3),
+                "cpu_s": (c2 - c1) + (time.process_time() - c3),
                 "coalitions": 0,
                 "run": _n_run(by_game) + _n_run(other_games) - run1 - other_run,
             }
         )
+    timing.append(timing_methods)
     # the gradient and COAX methods (one set, on the differentiable game's metric) stand
     # beside every game's Shapley values; the single drops are each game's own
     shared = method_scores[~method_scores["method"].str.startswith("single")]

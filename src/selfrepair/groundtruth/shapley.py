@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 Game = Callable[[list[list]], object]
 MAX_EXACT_PLAYERS = 20
@@ -39,7 +39,9 @@ def t_halfwidth(se, n_pairs: int, level: float = 0.95) -> np.ndarray:
     se = np.asarray(se, dtype=np.float64)
     if n_pairs < 2:
         return np.full(se.shape, np.nan)
-    return float(stats.t.ppf((1 + level) / 2, n_pairs - 1)) * se
+    # special.stdtrit(df, q) is what scipy.stats.t.ppf(q, df) computes (the same bits),
+    # without importing scipy.stats (about 0.6 CPU-s of every ground-truth job)
+    return float(special.stdtrit(n_pairs - 1, (1 + level) / 2)) * se
 
 
 @dataclass
