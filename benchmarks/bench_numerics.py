@@ -7,8 +7,10 @@ mean ablation of every component over n OOD-length sequences), then the training
 steps/s of paper B's toy IOI model and of paper C's l2h4 model. The modes are run in
 turns, `--repeats` times, and the ratios are of the medians. Setups:
 
-    exact           AVX2 kernels, MKL COMPATIBLE, 1 thread (same bits on Intel and AMD)
-    fast            AVX2 kernels, MKL AVX2 branch, 1 thread (same bits within one vendor)
+    exact           AVX2 kernels, MKL COMPATIBLE, 1 thread (same bits within one vendor)
+    fast            AVX2 kernels, MKL AVX2 branch dispatching as on Intel, 1 thread (same bits on Intel and AMD)
+    fast-own-vendor the fast pins with MKL's own vendor dispatch (only on a CPU that is not
+                    an Intel one: what fast cost there before MKL's vendor override)
     native-1        this CPU's fastest kernels, 1 thread (the cost of the pins alone)
     native-T        this CPU's fastest kernels, --threads threads (a job of config threads: T)
 
@@ -17,7 +19,7 @@ results/reference/runtime.csv (measured under fast) times the ratio that fits it
 (training parts: that paper's training ratio; every other step: paper A's scoring
 ratio), written to --projection, for the one-thread setups (whose CPU seconds are their
 wall seconds; --project-only redoes it from an existing --out). The default mode follows from it (README "Numerics":
-exact when it costs at most 1.3x fast on the full run).
+the vendor-neutral mode, fast, unless it costs over 1.3x the cheapest pinned setup on the full run).
 
     .venv/bin/python benchmarks/bench_numerics.py [--steps 150] [--n 500] [--repeats 3]
         [--threads 2] [--out results/benchmarks/numerics.csv]
@@ -38,10 +40,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The fast mode's pins with MKL's own vendor dispatch (no override): what fast was before
+# the override, on a CPU that is not an Intel one (on Intel the two are the same run).
+OWN_VENDOR = "fast-own-vendor"
+
+
 def child(mode: str, threads: int, steps: int, n: int) -> dict:
     from selfrepair.core import numerics
 
-    numerics.configure(mode, threads)
+    if mode == OWN_VENDOR:
+        os.environ.update({**numerics.environment("native", 1), **numerics.MODE_PINS["fast"]})
+    else:
+        numerics.configure(mode, threads)
     import torch
     import yaml
 
@@ -50,7 +60,10 @@ def child(mode: str, threads: int, steps: int, n: int) -> dict:
     from selfrepair.heroes import scores as heroes
     from selfrepair.tasks import sequences as S
 
-    numerics.apply(mode, threads)
+    if mode == OWN_VENDOR:
+        torch.set_num_threads(1)
+    else:
+        numerics.apply(mode, threads)
     cfg_all = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["heroes"]
     m, t = cfg_all["model"], cfg_all["train"]
     max_len = max(cfg_all["ood"]["lengths"])
@@ -85,7 +98,7 @@ def child(mode: str, threads: int, steps: int, n: int) -> dict:
         "C_sum": float(scores["C"].sum()),
         "coax_steps_per_s": _coax_train_speed(steps),
         "gim_steps_per_s": _gim_train_speed(steps),
-        "numerics": numerics.record(mode),
+        "numerics": numerics.record("native" if mode == OWN_VENDOR else mode),
     }
 
 
@@ -142,7 +155,12 @@ def run_child(mode: str, threads: int, a) -> dict:
         "--n",
         str(a.n),
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=3600)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if mode == OWN_VENDOR:  # no vendor override inherited from a pinned parent
+        from selfrepair.core import numerics
+
+        env = numerics.environment("native", 1, base=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if r.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -207,6 +225,8 @@ def main():
         return
     import pandas as pd
 
+    from selfrepair.core import numerics
+
     if a.project_only:
         proj = project(
             pd.read_csv(ROOT / "results" / "reference" / "runtime.csv"), pd.read_csv(a.out).set_index("setup")
@@ -216,6 +236,8 @@ def main():
         return
     setups = [("exact", "exact", 1), ("fast", "fast", 1), ("native-1", "native", 1),
               (f"native-{a.threads}", "native", a.threads)]  # fmt: skip
+    if numerics.needs_intel_dispatch():  # fast with and without MKL's vendor override
+        setups.insert(2, (OWN_VENDOR, OWN_VENDOR, 1))
     rows = []
     for rep in range(a.repeats):
         for name, mode, threads in setups:

@@ -5,7 +5,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The numerics mode is set before anything imports torch or numpy: tests (and the
 # workflows they start, which inherit the environment) run the fast pinned mode, one
 # thread, unless SELFREPAIR_TEST_NUMERICS=exact or native asks for another. The golden
-# training tests train under exact whatever this says (tests/test_golden.py).
+# training tests train under fast whatever this says (tests/golden_suite.TRAIN_NUMERICS).
 from selfrepair.core import numerics  # noqa: E402  imports no torch
 
 NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "fast"))

@@ -2,29 +2,34 @@
 
 Float results on a CPU depend on the code path each math library dispatches to (ATen's
 vectorized kernels, MKL's BLAS and vector math, oneDNN, numpy's SIMD loops), and MKL
-picks its path by CPU vendor as well as by instruction set: its AVX2 reproducibility
-branch exists on Intel CPUs only (an AMD CPU silently runs another one). The thread
-count matters too (parallel reductions split differently). Three modes:
-
-``exact``
-    Every library pinned as in ``fast``, but MKL on its ``COMPATIBLE`` branch, the one
-    branch MKL documents as giving the same results on Intel and compatible CPUs. Each
-    compute job runs one thread. The same bits on any x86-64 CPU with AVX2 and FMA,
-    whatever its vendor, its newest instruction set or the ``--cores``. Slower: MKL's
-    compatible GEMM is a generic kernel (``benchmarks/bench_modes.py`` measures the cost).
+picks its path by CPU vendor as well as by instruction set: it asks itself whether the
+CPU is an Intel one (``mkl_serv_intel_cpu_true``) and, when the answer is no, runs other
+GEMM and vector-math kernels, whatever ``MKL_CBWR`` asks for. The thread count matters
+too (parallel reductions split differently). Three modes:
 
 ``fast``
-    Every library pinned to its AVX2 code path (MKL ``AVX2,STRICT``), one thread per job.
-    The same bits on CPUs that take the same MKL path: in practice CPUs of one vendor
-    (every record says which vendor wrote it).
+    Every library pinned to its AVX2 code path (MKL ``AVX2,STRICT``), one thread per job,
+    and MKL dispatching as on an Intel CPU on every x86-64 CPU: on a CPU of another
+    vendor, a one-function library (:data:`INTEL_DISPATCH_SOURCE`, compiled here with the
+    system's C compiler, preloaded before torch) answers MKL's vendor check with yes. On
+    an Intel CPU nothing is preloaded: MKL's own check answers the same. The same bits on
+    Intel and AMD CPUs with AVX2 and FMA: the committed fingerprints of both vendors train
+    the same 64-step GPT-2, and an AMD EPYC retrains the Intel reference run's models bit
+    for bit (README "Numerics").
+
+``exact``
+    The same, but MKL on its ``COMPATIBLE`` branch. Measured, it trains other bits on
+    Intel and AMD CPUs all the same (MKL's vendor override changes nothing under it), so
+    its bits are the same only within one vendor; and it is slower (MKL's compatible GEMM
+    is a generic kernel). Kept for comparison; ``fast`` is the vendor-neutral mode.
 
 ``native``
     Each library takes the fastest kernels of this CPU and a job uses the configured
-    threads. Results are deterministic on one machine but may move on another.
+    threads; MKL dispatches by vendor. Deterministic on one machine, may move on another.
 
-The pins are environment variables that the libraries read when they load, so they must
-be set before torch (or numpy) is imported: :func:`configure` does that, and
-:func:`check` verifies afterwards that the pins took effect.
+The pins are environment variables that the libraries read when they load, and the
+vendor override must be loaded before torch is: :func:`configure` does both, and
+:func:`check` verifies afterwards that they took effect.
 
 CUDA runs are never bit-portable (kernels differ across GPUs, drivers and library
 versions); :func:`record` says so.
@@ -34,10 +39,16 @@ This module must stay importable without importing torch or numpy.
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import logging
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 MODES = ("exact", "fast", "native")
 PINNED_MODES = ("exact", "fast")
@@ -46,8 +57,8 @@ PINNED_MODES = ("exact", "fast")
 DEFAULT_MODE = "fast"
 # Names that earlier versions accepted, and what to use instead.
 RENAMED = {
-    "portable": "'portable' was split in two: 'fast' is the old portable mode (AVX2 kernels, the same "
-    "bits within one CPU vendor), 'exact' gives the same bits on Intel and AMD (MKL's COMPATIBLE branch)",
+    "portable": "'portable' was split in two: 'fast' (AVX2 kernels, MKL dispatching as on Intel: the same "
+    "bits on Intel and AMD) and 'exact' (MKL's COMPATIBLE branch, the same bits within one vendor)",
 }
 
 # The pins every pinned mode shares. Read by each library when it loads.
@@ -72,10 +83,23 @@ PINNED_THREADS = 1
 PINNED_CAPABILITY = "AVX2"
 # What each mode promises, in words (stored with every result).
 SAME_BITS_ON = {
-    "exact": "any x86-64 CPU with AVX2 and FMA (Intel or AMD)",
-    "fast": "x86-64 CPUs with AVX2 and FMA of the same vendor ({vendor})",
+    "fast": "any x86-64 CPU with AVX2 and FMA (Intel or AMD)",
+    "exact": "x86-64 CPUs with AVX2 and FMA of the same vendor ({vendor})",
     "native": "this machine only",
 }
+
+# MKL's vendor check, answered 'Intel' (the pinned modes, on CPUs of other vendors). torch's
+# libtorch_cpu exports MKL's own mkl_serv_intel_cpu_true and calls it through its symbol
+# table, so a library loaded before it into the global scope (LD_PRELOAD for child
+# processes, dlopen with RTLD_GLOBAL in this one) takes its place.
+INTEL_DISPATCH_SOURCE = """\
+/* selfrepair (src/selfrepair/core/numerics.py): MKL's vendor check answered 'Intel', so that
+   MKL runs the kernels it runs on Intel CPUs (the numerics modes exact and fast). */
+int mkl_serv_intel_cpu_true(void) { return 1; }
+int mkl_serv_intel_cpu(void) { return 1; }
+"""
+INTEL_DISPATCH_SYMBOL = "mkl_serv_intel_cpu_true"
+INTEL_VENDOR = "GenuineIntel"
 
 
 # What an unpinned run on another CPU, set up by another user, would ask for: every
@@ -113,14 +137,21 @@ def environment(mode: str, threads: int | None = None, base: dict | None = None)
     by default ``os.environ``, with the pins set or removed)."""
     check_mode(mode)
     env = dict(os.environ if base is None else base)
+    preload = [x for x in env.get("LD_PRELOAD", "").split() if not _is_dispatch_library(x)]
     if mode in PINNED_MODES:
         env.update(MODE_PINS[mode])
         n = PINNED_THREADS
+        if needs_intel_dispatch():
+            preload.insert(0, str(intel_dispatch_library()))
     else:  # remove the pinned modes' pins (inherited from a pinned parent), keep others'
         for k in PIN_VARS:
             if env.get(k) in {p[k] for p in MODE_PINS.values()}:
                 del env[k]
         n = threads
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    else:
+        env.pop("LD_PRELOAD", None)
     if n is not None:
         for k in THREAD_VARS:
             env[k] = str(n)
@@ -136,16 +167,21 @@ def configure(mode: str, threads: int | None = None) -> None:
     """
     env = environment(mode, threads)
     changed = [k for k in PIN_VARS if os.environ.get(k) != env.get(k)]
+    dispatch = mode in PINNED_MODES and needs_intel_dispatch()
+    if "torch" in sys.modules and dispatch and not intel_dispatch_in_force():
+        changed.append("MKL's vendor dispatch")
     if "torch" in sys.modules and changed:
         raise NumericsError(
             f"numerics mode {mode!r} set after torch was imported (changes {', '.join(changed)}): "
             "call selfrepair.core.numerics.configure() before importing torch"
         )
-    for k in (*PIN_VARS, *THREAD_VARS):
+    for k in (*PIN_VARS, *THREAD_VARS, "LD_PRELOAD"):
         if k in env:
             os.environ[k] = env[k]
         else:
             os.environ.pop(k, None)
+    if dispatch:  # this process: into the global scope before torch loads MKL
+        ctypes.CDLL(str(intel_dispatch_library()), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
 
 
 def job_threads(mode: str, threads: int) -> int:
@@ -182,6 +218,71 @@ def cpu_vendor() -> str:
 def can_pin() -> bool:
     """Whether this CPU runs the pinned kernels (x86-64 with AVX2 and FMA)."""
     return platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= cpu_flags()
+
+
+def needs_intel_dispatch() -> bool:
+    """Whether the pinned modes preload MKL's vendor override here: an x86-64 CPU with
+    AVX2 and FMA that is not an Intel one (on Intel, MKL's own check says the same)."""
+    return can_pin() and cpu_vendor() != INTEL_VENDOR
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("SELFREPAIR_CACHE") or Path.home() / ".cache" / "selfrepair")
+
+
+def _is_dispatch_library(path: str) -> bool:
+    return Path(path).name.startswith("libselfrepair_mkl_intel_dispatch")
+
+
+def _dispatch_library_path() -> Path:
+    tag = hashlib.sha256(INTEL_DISPATCH_SOURCE.encode()).hexdigest()[:12]
+    return _cache_dir() / f"libselfrepair_mkl_intel_dispatch-{tag}.so"
+
+
+def intel_dispatch_library() -> Path:
+    """The compiled vendor override (built once per source, in ``$SELFREPAIR_CACHE`` or
+    ``~/.cache/selfrepair``, with the system's C compiler ``$CC``, ``cc`` or ``gcc``)."""
+    lib = _dispatch_library_path()
+    if lib.exists():
+        return lib
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise NumericsError(
+            f"numerics: on this {cpu_vendor()} CPU the pinned modes make MKL dispatch as on Intel, with a "
+            "one-function library compiled here, and no C compiler was found (set CC, or install one: "
+            "apt-get install gcc); or run numerics: native"
+        )
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+        src, out = Path(tmp) / "dispatch.c", Path(tmp) / lib.name
+        src.write_text(INTEL_DISPATCH_SOURCE)
+        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise NumericsError(f"numerics: compiling MKL's vendor override with {cc} failed:\n{r.stderr[-2000:]}")
+        os.replace(out, lib)  # atomic: concurrent jobs see the whole file or none
+    return lib
+
+
+def intel_dispatch_in_force() -> bool:
+    """Whether MKL's vendor check resolves to the override in this process's global scope."""
+    lib = _dispatch_library_path()
+    if not lib.exists():
+        return False
+    try:
+        found = ctypes.CDLL(None)[INTEL_DISPATCH_SYMBOL]
+    except (AttributeError, OSError):
+        return False
+    ours = ctypes.CDLL(str(lib))[INTEL_DISPATCH_SYMBOL]
+    return ctypes.cast(found, ctypes.c_void_p).value == ctypes.cast(ours, ctypes.c_void_p).value
+
+
+def mkl_dispatch(mode: str) -> str:
+    """How MKL picks its kernels in this process, in words."""
+    if mode not in PINNED_MODES or not can_pin():
+        return "by vendor (MKL's own check)"
+    if not needs_intel_dispatch():
+        return "as on Intel (an Intel CPU)"
+    return "as on Intel (selfrepair's vendor override)" if intel_dispatch_in_force() else "by vendor (override MISSING)"
 
 
 def apply(mode: str, threads: int, device: str = "cpu") -> int:
@@ -221,6 +322,13 @@ def check(mode: str) -> None:
         )
     if torch.get_num_threads() != PINNED_THREADS:
         raise NumericsError(f"numerics: {mode} mode runs {PINNED_THREADS} thread, torch has {torch.get_num_threads()}")
+    if needs_intel_dispatch() and not intel_dispatch_in_force():
+        raise NumericsError(
+            f"numerics: {mode} mode makes MKL dispatch as on Intel on this {cpu_vendor()} CPU, and the override is "
+            "not loaded: torch was imported before selfrepair.core.numerics.configure(), or LD_PRELOAD names a "
+            f"library this machine lacks (on a cluster, put $SELFREPAIR_CACHE on a filesystem every node sees; "
+            f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})"
+        )
 
 
 def same_bits_on(mode: str, device: str = "cpu", pinned: bool = True) -> str:
@@ -246,6 +354,7 @@ def record(mode: str, device: str = "cpu") -> dict:
         "threads": torch.get_num_threads(),
         "aten_capability": cap,
         "pins": {k: os.environ.get(k) for k in PIN_VARS},
+        "mkl_dispatch": mkl_dispatch(mode),
         "cpu": cpu_model(),
         "cpu_vendor": cpu_vendor(),
         "torch": torch.__version__,
