@@ -89,8 +89,9 @@ reference: env
 # Retrain reference models and compare their bits with results/reference/models.csv:
 #   make verify MODEL=results/heroes/sort/seed42        (one model; minutes)
 #   make verify MODEL='results/coax/ioi/*'              (every model matching a pattern)
-# It says first whether this machine should get the same bits (exact: any x86-64 CPU;
-# fast: a CPU of the reference's vendor; native: that machine only).
+# It says first whether this machine should get the same bits, and why (fast: any x86-64
+# CPU with AVX2, as the committed fingerprints of both vendors show; exact: a CPU of the
+# reference's vendor; native: that machine only).
 MODEL ?=
 verify: env
 	@test -n "$(MODEL)" || { echo "make verify needs MODEL=<model folder or pattern>, e.g. MODEL=results/heroes/sort/seed42 (see results/reference/models.csv)"; exit 2; }
@@ -121,8 +122,15 @@ portability: env fingerprint
 	  --projection results/benchmarks/numerics_projection.csv
 
 # This machine's kernel fingerprint under every preset (the modes exact and fast among
-# them), compared with every committed one (benchmarks/fingerprints/: which kernels this
-# CPU shares with each). About 2 min. Add it there deliberately, with its provenance.
+# them; on a CPU that is not an Intel one every preset also with MKL's vendor override)
+# and its operation trace of two GPT-2 training steps under fast, each compared with every
+# committed one (benchmarks/fingerprints/: which kernels this CPU shares with each, and
+# the first operation that differs). About 8 min. Add them there deliberately, with their
+# provenance.
+FINGERPRINT_FILES = $(foreach f,$(wildcard benchmarks/fingerprints/*.json),$(if $(findstring -trace-,$f),,$f))
+FINGERPRINT_TRACES = $(wildcard benchmarks/fingerprints/*-trace-gpt2-fast.json)
 fingerprint: env
 	$(BIN)/python benchmarks/fingerprint.py --out results/benchmarks/fingerprint.json
-	$(BIN)/python benchmarks/fingerprint.py --compare results/benchmarks/fingerprint.json benchmarks/fingerprints/*.json
+	$(BIN)/python benchmarks/fingerprint.py --trace --target gpt2 --preset fast --out results/benchmarks/fingerprint-trace-gpt2-fast.json
+	$(BIN)/python benchmarks/fingerprint.py --compare results/benchmarks/fingerprint.json $(FINGERPRINT_FILES)
+	$(BIN)/python benchmarks/fingerprint.py --compare-trace results/benchmarks/fingerprint-trace-gpt2-fast.json $(FINGERPRINT_TRACES)

@@ -5,17 +5,34 @@ For each preset a child process starts with that preset's pins (they must be set
 torch is imported), runs a fixed list of operations on fixed inputs on one thread (the
 GEMMs, linear and attention forward and backward, layer norm, GELU, softmax, cross
 entropy, a long sum, exp/log/tanh) and, unless --ops-only, trains a small GPT-2 for 64
-steps. Each result is hashed (SHA-256 prefix of its float32 bytes). Two CPUs whose hashes
-agree for a preset run the same bits for those kernels under it.
+steps, then runs every kernel that training calls at the shapes it calls them (``t_``
+ops: the MKL GEMMs of GPT-2's Conv1D layers, their weight and input gradients, the
+lm head, attention at 40 positions with its 8-row tail blocks, MKL's vector tanh of
+``gelu_new`` and sqrt of Adam; embedding and layer-norm weight gradients, an AdamW and an
+Adam step). Each result is hashed (SHA-256 prefix of its float32 bytes). Two CPUs whose
+hashes agree for a preset run the same bits for those kernels under it.
 
-The presets are the project's modes (``exact``, ``fast``: src/selfrepair/core/numerics.py)
-and the other MKL branches tried when the modes were chosen. Their op list and inputs are
-those of the team's fingerprint tool, so that files written by either compare.
+``--trace`` records every ATen operation of two training steps in call order, with hashes
+of its inputs and outputs (the initial parameters and the data first): of the GPT-2 above
+(``--target gpt2``, the format of the team's ``op_trace.py``) or of paper A's own model
+and training loop (``--target heroes``). ``--compare-trace A B`` prints the first
+operation whose outputs differ, and whether its inputs agreed: the kernel that makes two
+machines train other bits.
+
+On a CPU that is not an Intel one, the pinned modes run with MKL's vendor check answered
+'Intel' (src/selfrepair/core/numerics.py: a one-function library preloaded before torch),
+so their presets are ``<preset>+intel-dispatch`` there: by default every preset is run
+both ways, which shows which kernels differ from an Intel CPU only because MKL dispatches
+on the vendor. ``--mkl-intel-dispatch`` runs only the presets with the override. The
+modes ``exact`` and ``fast`` name the preset as this CPU runs them (mode_preset), and a
+comparison reads each file's modes as its own vendor runs them.
 
     .venv/bin/python benchmarks/fingerprint.py --out mine.json            # every preset
     .venv/bin/python benchmarks/fingerprint.py --presets exact --ops-only --out mine.json
     .venv/bin/python benchmarks/fingerprint.py --compare mine.json benchmarks/fingerprints/*.json
-    make fingerprint                                                      # the two together
+    .venv/bin/python benchmarks/fingerprint.py --trace --preset fast --out trace.json
+    .venv/bin/python benchmarks/fingerprint.py --compare-trace trace.json benchmarks/fingerprints/*-trace-gpt2-fast.json
+    make fingerprint                                                      # all of these
 
 A comparison prints, per file and preset present in both, SAME or the ops that differ.
 ``benchmarks/fingerprints/`` holds the committed files, each with its CPU and provenance.
@@ -128,6 +145,87 @@ def train_gpt2(g) -> tuple[dict, float]:
     return ops, 64 / dt
 
 
+def training_ops() -> dict:
+    """{op: hash} of every kernel the GPT-2 training above runs, at its shapes (32 x 40
+    tokens, d_model 128, 4 heads, d_mlp 512, vocab 64), on inputs of their own generator
+    (run after the training: the first stream stays as the team's tool has it). The MKL
+    calls are those that MKL_VERBOSE lists for one step and those of the vector math seen
+    at its entry points (vmsTanh, vmsSqrt); the rest are ATen's own kernels."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(1)
+
+    def r(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).requires_grad_()
+
+    out = {}
+    rows = 32 * 40
+    # GPT-2's Conv1D: addmm(bias, x, W) forward; backward dx = g W^T, dW = x^T g (K = 1280), db.
+    for name, k, n in [("c_attn", 128, 384), ("attn_c_proj", 128, 128), ("c_fc", 128, 512), ("mlp_c_proj", 512, 128)]:
+        x, w, b = r(rows, k), r(k, n, scale=0.02), r(n, scale=0.02)
+        y = torch.addmm(b, x, w)
+        y.backward(torch.randn(rows, n, generator=g))
+        out.update({f"t_{name}_fwd": _hash(y), f"t_{name}_dx": _hash(x.grad), f"t_{name}_dw": _hash(w.grad),
+                    f"t_{name}_db": _hash(b.grad)})  # fmt: skip
+    # The tied lm head: F.linear without bias, (1280, 128) x (64, 128)^T.
+    x, w = r(rows, 128), r(64, 128, scale=0.02)
+    y = F.linear(x, w)
+    y.backward(torch.randn(rows, 64, generator=g))
+    out.update(t_lm_head_fwd=_hash(y), t_lm_head_dx=_hash(x.grad), t_lm_head_dw=_hash(w.grad))
+    # Attention as GPT-2 calls it: 40 positions (blocks of 32 and 8 rows), causal, head dim 32.
+    q, k_, v = (r(32, 4, 40, 32) for _ in range(3))
+    o = F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+    o.backward(torch.randn(*o.shape, generator=g))
+    out.update(t_sdpa_fwd=_hash(o), t_sdpa_dq=_hash(q.grad), t_sdpa_dk=_hash(k_.grad), t_sdpa_dv=_hash(v.grad))
+    # gelu_new (transformers' NewGELUActivation: torch.tanh, MKL's vmsTanh on 655,360
+    # values) forward and backward, on pre-activations of GPT-2's scale; tanh alone on
+    # the wide range of its argument (saturation and tiny-argument branches).
+    z = r(32, 40, 512, scale=2.0)
+    ge = 0.5 * z * (1.0 + torch.tanh(0.7978845608028654 * (z + 0.044715 * torch.pow(z, 3.0))))
+    ge.backward(torch.randn(*ge.shape, generator=g))
+    out.update(t_gelu_new_fwd=_hash(ge), t_gelu_new_dx=_hash(z.grad))
+    wide = torch.cat([torch.randn(200_000, generator=g) * s for s in (1e-4, 0.1, 1.0, 5.0, 30.0)])
+    out["t_tanh_wide"] = _hash(torch.tanh(wide))
+    # Adam's sqrt (MKL's vmsSqrt) at the sizes of the parameters, on second moments of Adam's scale.
+    sizes = [65536, 49152, 16384, 8192, 512, 384, 128]
+    out["t_sqrt_adam"] = _hash(torch.cat([(torch.rand(n, generator=g) * 1e-4).sqrt() for n in sizes]))
+    # How many of 10^6 such square roots are not the IEEE (correctly rounded) one: float64's
+    # square root of a float32, rounded to float32, is (numpy's, not MKL's).
+    x = torch.rand(1_000_000, generator=g) * 1e-4
+    ieee = torch.from_numpy(np.sqrt(x.numpy().astype(np.float64)).astype(np.float32))
+    out["t_sqrt_not_ieee"] = str(int((x.sqrt() != ieee).sum()))
+    # Embedding forward and backward (token and position tables, 64 x 128).
+    table = r(64, 128, scale=0.02)
+    ids = torch.randint(0, 64, (32, 40), generator=g)
+    e = F.embedding(ids, table)
+    e.backward(torch.randn(*e.shape, generator=g))
+    out.update(t_embedding_fwd=_hash(e), t_embedding_dw=_hash(table.grad))
+    # Layer norm with its weight and bias gradients.
+    z, w, b = r(32, 40, 128), r(128), r(128)
+    ln = F.layer_norm(z, (128,), w, b)
+    ln.backward(torch.randn(*ln.shape, generator=g))
+    out.update(t_layernorm_fwd=_hash(ln), t_layernorm_dx=_hash(z.grad), t_layernorm_dw=_hash(w.grad),
+               t_layernorm_db=_hash(b.grad))  # fmt: skip
+    # Cross entropy over the 1280 positions.
+    lg = r(rows, 64)
+    ce = F.cross_entropy(lg, torch.randint(0, 64, (rows,), generator=g))
+    ce.backward()
+    out.update(t_cross_entropy=_hash(ce.reshape(1)), t_cross_entropy_dx=_hash(lg.grad))
+    # Five optimizer steps on parameters of the training's shapes: AdamW (the fingerprint's
+    # training) and Adam (the project's training loop).
+    for name, cls in (("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam)):
+        params = [torch.randn(n, generator=g).mul_(0.02).requires_grad_() for n in sizes]
+        opt = cls(params, lr=1e-3)
+        for _ in range(5):
+            for q_ in params:
+                q_.grad = torch.randn(q_.shape, generator=g)
+            opt.step()
+        out[f"t_{name}_5steps"] = _hash(torch.cat([q_.detach() for q_ in params]))
+    return out
+
+
 def child(ops_only: bool) -> dict:
     import torch
     import transformers
@@ -140,42 +238,128 @@ def child(ops_only: bool) -> dict:
         train, speed = train_gpt2(g)
         ops.update(train)
         meta["steps_per_s"] = round(speed, 2)
+    ops.update(training_ops())
     return {"ops": ops, "meta": meta}
 
 
-def run_preset(name: str, ops_only: bool) -> dict:
+# ---- MKL dispatching as on Intel (the pinned modes on other vendors' CPUs) -----------------
+INTEL_DISPATCH = "+intel-dispatch"
+
+
+def mode_preset(mode: str, vendor: str) -> str:
+    """The preset a pinned mode runs as on a CPU of ``vendor``: its MKL branch, with MKL's
+    vendor override on every vendor but Intel (numerics.needs_intel_dispatch)."""
+    return MODE_PRESET[mode] + ("" if vendor == numerics.INTEL_VENDOR else INTEL_DISPATCH)
+
+
+def default_presets() -> list[str]:
+    """Every preset as MKL dispatches by itself, and on a CPU that is not an Intel one
+    each preset again with the vendor override (the modes run those)."""
+    names = list(PRESETS)
+    if numerics.needs_intel_dispatch():
+        names += [n + INTEL_DISPATCH for n in PRESETS]
+    return names
+
+
+def check_preset(name: str) -> str:
+    if name.removesuffix(INTEL_DISPATCH) not in PRESETS:
+        raise SystemExit(f"unknown preset {name!r}; choose from {sorted(PRESETS)} (each also with "
+                         f"{INTEL_DISPATCH}) or the modes {sorted(MODE_PRESET)}")  # fmt: skip
+    return name
+
+
+def _child_env(name: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED)}
-    env.update(PRESETS[name])
+    env.update(PRESETS[name.removesuffix(INTEL_DISPATCH)])
+    preload = [x for x in env.get("LD_PRELOAD", "").split() if not numerics._is_dispatch_library(x)]
+    if name.endswith(INTEL_DISPATCH):
+        preload.insert(0, str(numerics.intel_dispatch_library()))
+    env.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    return env
+
+
+def run_preset(name: str, ops_only: bool) -> dict:
     cmd = [sys.executable, __file__, "--child"] + (["--ops-only"] if ops_only else [])
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    r = subprocess.run(cmd, env=_child_env(name), capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"fingerprint preset {name} failed:\n{r.stderr[-3000:]}")
-    return {"env": PRESETS[name], **json.loads(r.stdout.strip().splitlines()[-1])}
+    rec = {"env": PRESETS[name.removesuffix(INTEL_DISPATCH)], **json.loads(r.stdout.strip().splitlines()[-1])}
+    rec["mkl_intel_dispatch"] = name.endswith(INTEL_DISPATCH)
+    return rec
 
 
 def fingerprint(presets: list[str], ops_only: bool = False) -> dict:
     res = {"cpu": numerics.cpu_model(), "cpu_vendor": numerics.cpu_vendor(),
            "date": time.strftime("%Y-%m-%d"), "presets": {}}  # fmt: skip
-    for p in presets:
+    for p in map(check_preset, presets):
         res["presets"][p] = run_preset(p, ops_only)
         print(f"{p}: {res['presets'][p]['meta']}", file=sys.stderr)
     return res
 
 
 def compare(mine: dict, other: dict) -> list[dict]:
-    """Per preset in both: the ops both have, and those whose hashes differ. Ops one side
-    lacks (an --ops-only file has no training entry) are left out, and counted."""
+    """Per mode, this machine's run of it against the other's (each as its vendor runs
+    it: mode_preset), then per preset in both: the ops both have, and those whose hashes
+    differ. Ops one side lacks (an --ops-only file has no training entry; an older file no
+    ``t_`` ops) are left out, and counted."""
     rows = []
+
+    def row(label, mode, pa, pb):
+        if pa in mine["presets"] and pb in other["presets"]:
+            a, b = mine["presets"][pa]["ops"], other["presets"][pb]["ops"]
+            common = [k for k in a if k in b]
+            rows.append({"preset": label, "mode": mode, "ops": len(common),
+                         "differ": [k for k in common if a[k] != b[k]]})  # fmt: skip
+
+    for mode in MODE_PRESET:
+        pa, pb = mode_preset(mode, mine.get("cpu_vendor", "?")), mode_preset(mode, other.get("cpu_vendor", "?"))
+        row(pa if pa == pb else f"{pa} vs {pb}", mode, pa, pb)
     for p in sorted(set(mine["presets"]) & set(other["presets"])):
-        a, b = mine["presets"][p]["ops"], other["presets"][p]["ops"]
-        common = [k for k in a if k in b]
-        rows.append({"preset": p, "mode": {v: k for k, v in MODE_PRESET.items()}.get(p, ""),
-                     "ops": len(common), "differ": [k for k in common if a[k] != b[k]]})  # fmt: skip
+        row(p, "", p, p)
+    # each branch as MKL runs it for Intel: the override's presets against an Intel file's own
+    for a, b in ((mine, other), (other, mine)):
+        if a.get("cpu_vendor") != numerics.INTEL_VENDOR and b.get("cpu_vendor") == numerics.INTEL_VENDOR:
+            for p in sorted(b["presets"]):
+                if p + INTEL_DISPATCH in a["presets"]:
+                    pa, pb = (p + INTEL_DISPATCH, p) if a is mine else (p, p + INTEL_DISPATCH)
+                    row(f"{pa} vs {pb}", "", pa, pb)
     return rows
 
 
+def committed() -> list[dict]:
+    """The committed fingerprints (benchmarks/fingerprints/*.json, traces excluded)."""
+    return [json.loads(f.read_text()) for f in sorted(FINGERPRINTS.glob("*.json")) if "-trace-" not in f.name]
+
+
+def cross_vendor(files: list[dict], mode: str) -> dict:
+    """What the committed fingerprints show for ``mode`` across CPU vendors, each file read
+    as its vendor runs the mode (mode_preset): the vendors measured, each op's verdict
+    (``same``: every vendor's files agree; ``differs``; ops that fewer than two vendors
+    measured are left out), and whether the 64-step training weights agree (``None`` when
+    fewer than two vendors trained)."""
+    by_op: dict[str, dict[str, set]] = {}
+    vendors = set()
+    for f in files:
+        vendor = f.get("cpu_vendor", "?")
+        preset = f.get("presets", {}).get(mode_preset(mode, vendor))
+        if preset is None:
+            continue
+        vendors.add(vendor)
+        for op, h in preset["ops"].items():
+            by_op.setdefault(op, {}).setdefault(vendor, set()).add(h)
+    verdict = {}
+    for op, hashes in by_op.items():
+        if len(hashes) >= 2:
+            verdict[op] = "same" if len(set().union(*hashes.values())) == 1 else "differs"
+    training = {"same": True, "differs": False}.get(verdict.get("gpt2_train64_weights"))
+    return {"vendors": sorted(vendors), "ops": verdict, "training_same": training}
+
+
 def report(mine: dict, files: list[Path]) -> tuple[str, bool]:
-    """The comparison as text, and whether every mode preset agreed with every file."""
+    """The comparison as text, and whether the fast mode (the vendor-neutral one) agreed
+    with every file."""
     lines, all_same = [], True
     for f in files:
         other = json.loads(Path(f).read_text())
@@ -184,24 +368,210 @@ def report(mine: dict, files: list[Path]) -> tuple[str, bool]:
         if other.get("provenance"):
             lines.append(f"  provenance: {other['provenance']}")
         for row in compare(mine, other):
-            label = f"{row['preset']}" + (f" (mode {row['mode']})" if row["mode"] else "")
+            label = f"mode {row['mode']}: {row['preset']}" if row["mode"] else row["preset"]
             verdict = f"SAME ({row['ops']} ops)" if not row["differ"] else "differs: " + ", ".join(row["differ"])
-            lines.append(f"  {label:32s} {verdict}")
-            if row["mode"] == "exact" and row["differ"]:
+            lines.append(f"  {label:54s} {verdict}")
+            if row["mode"] == "fast" and row["differ"]:
                 all_same = False
     return "\n".join(lines), all_same
 
 
+# ---- Operation traces ----------------------------------------------------------------------
+TRACE_TARGETS = ("gpt2", "heroes", "coax", "gim")
+
+
+def _uninitialized(op: str) -> bool:
+    """Ops whose output is memory not yet written (its bytes mean nothing)."""
+    return op.split(".")[1].startswith(("empty", "new_empty")) if op.startswith("aten.") else False
+
+
+def _trace_child(target: str, steps: int) -> dict:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    torch.set_num_threads(1)
+
+    def h(t) -> str | None:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return None
+        return hashlib.sha256(t.detach().contiguous().to(torch.float32).numpy().tobytes()).hexdigest()[:12]
+
+    trace = []
+
+    class Tracer(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            ins = [h(t) for t in tree_flatten((args, kwargs))[0]]
+            out = func(*args, **kwargs)
+            flat = tree_flatten(out)[0]
+            shapes = [list(t.shape) for t in flat if isinstance(t, torch.Tensor)]
+            outs = [] if _uninitialized(str(func)) else [x for x in map(h, flat) if x]
+            trace.append({"op": str(func), "in": [x for x in ins if x], "out": outs,
+                          "shape": shapes[:2]})  # fmt: skip
+            return out
+
+    if target in ("coax", "gim"):  # the paper's own training function, traced whole
+        run, trained = _project_training(target, steps)
+        with Tracer():
+            out = run()
+        model = trained(out)
+        trace.append({"op": "--- end of training", "in": [],
+                      "out": [h(torch.cat([p.detach().flatten() for p in model.parameters()]))], "shape": []})  # fmt: skip
+        return {"trace": trace, "target": target, "capability": torch.backends.cpu.get_cpu_capability(),
+                "torch": torch.__version__}  # fmt: skip
+    model, step_fn, data_hash = _trace_setup(target, steps)
+    for name, p in model.named_parameters():
+        trace.append({"op": f"--- init {name}", "in": [], "out": [h(p)], "shape": [list(p.shape)]})
+    trace.append({"op": "--- data", "in": [], "out": [data_hash], "shape": []})
+    for step in range(steps):
+        with Tracer():
+            step_fn(step)
+        trace.append({"op": f"--- end of step {step}", "in": [],
+                      "out": [h(torch.cat([p.detach().flatten() for p in model.parameters()]))], "shape": []})  # fmt: skip
+    return {"trace": trace, "target": target, "capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__}  # fmt: skip
+
+
+def _project_training(target: str, steps: int):
+    """A call that trains paper B's toy IOI model (``coax``: seed 1) or paper C's arithmetic
+    model (``gim``: l2h4, seed 0) for ``steps`` steps with the default config's settings,
+    initialization and data included: (run, trained), where ``trained(run())`` is the model."""
+    import tempfile
+
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    if target == "coax":
+        from selfrepair.coax.ioi_experiment import train_toy
+
+        c = cfg["coax"]["ioi"]
+        tr = {**c["train"], "max_steps": steps, "eval_every": steps}
+        return (lambda: train_toy(**c["model"], seed=1, **tr)[0]), (lambda m: m)
+    from selfrepair.gim.training import train_task_model
+    from selfrepair.tasks.registry import get_task
+
+    c = cfg["gim"]
+    model = {k: v for k, v in c["models"][0].items() if k != "name"}
+    tr = {**c["train"], "max_steps": steps, "eval_every": steps}
+    folder = Path(tempfile.mkdtemp(prefix="trace-gim-")) / "model"
+
+    def trained(_):
+        from selfrepair.core.models import load_hf
+
+        return load_hf(folder)
+
+    return (lambda: train_task_model(get_task("arithmetic"), folder, **model, seed=0, **tr)), trained
+
+
+def _trace_setup(target: str, steps: int):
+    """(model, step(i), hash of the data) of a trace target."""
+    import torch
+
+    if target == "gpt2":  # the team's op_trace.py: the fingerprint's GPT-2, data of seed 1
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        cfg = GPT2Config(vocab_size=64, n_positions=64, n_embd=128, n_layer=4, n_head=4,
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="sdpa")  # fmt: skip
+        model = GPT2LMHeadModel(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        data = torch.randint(0, 64, (steps, 32, 40), generator=torch.Generator().manual_seed(1))
+
+        def step_fn(i):
+            loss = model(data[i], labels=data[i]).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        return model, step_fn, hashlib.sha256(data.numpy().tobytes()).hexdigest()[:12]
+    if target == "heroes":  # paper A's model and loop (config/config.yaml, sort, seed 42)
+        import yaml
+
+        from selfrepair.core import models, train
+        from selfrepair.tasks import sequences as S
+
+        cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["heroes"]
+        m, t = cfg["model"], cfg["train"]
+        config = models.gpt2_toy_config(S.VOCAB, n_layers=m["n_layers"], n_heads=m["n_heads"], d_model=m["d_model"],
+                                        d_mlp=m["d_mlp"], n_ctx=2 * max(cfg["ood"]["lengths"]) + 4,
+                                        bos_token_id=S.START, eos_token_id=S.END)  # fmt: skip
+        model = models.build_gpt2_toy(config, init=m["init"], seed=42, positional=False)
+        gen = torch.Generator().manual_seed(42)
+        batches = [S.training_batch("sort", t["batch_size"], t["min_len"], t["max_len"], gen, t["padding"])
+                   for _ in range(steps)]  # fmt: skip
+        model.train()
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=t["lr"])
+
+        def step_fn(i):  # core.train.train's step
+            b = batches[i]
+            loss = train.masked_lm_loss(model(input_ids=b.tokens).logits, b.targets, b.mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        data = torch.cat([b.tokens.flatten() for b in batches]).numpy().tobytes()
+        return model, step_fn, hashlib.sha256(data).hexdigest()[:12]
+    raise ValueError(f"unknown trace target {target!r}; choose from {TRACE_TARGETS}")
+
+
+def trace(name: str, target: str = "gpt2", steps: int = 2) -> dict:
+    """Every ATen operation of ``steps`` training steps of ``target`` under preset ``name``."""
+    check_preset(name)
+    cmd = [sys.executable, __file__, "--child-trace", target, "--steps", str(steps)]
+    r = subprocess.run(cmd, env=_child_env(name), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"trace {target} under {name} failed:\n{r.stderr[-3000:]}")
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"cpu": numerics.cpu_model(), "cpu_vendor": numerics.cpu_vendor(), "date": time.strftime("%Y-%m-%d"),
+            "preset": name, "env": PRESETS[name.removesuffix(INTEL_DISPATCH)], **res}  # fmt: skip
+
+
+def compare_traces(a: dict, b: dict) -> str:
+    """The first operation whose outputs differ between two traces, and whether its inputs
+    agreed (then that kernel is the one that differs), with its neighbours; or SAME."""
+    head = f"{a['cpu']} ({a['preset']}, {a.get('target', 'gpt2')})  vs  {b['cpu']} ({b['preset']}, {b.get('target', 'gpt2')})"
+    if a.get("target", "gpt2") != b.get("target", "gpt2"):
+        return head + "\n  not comparable: traces of different targets"
+    ta, tb = a["trace"], b["trace"]
+    for i, (x, y) in enumerate(zip(ta, tb)):
+        if x["op"] != y["op"]:
+            return head + f"\n  op {i}: different call sequence: {x['op']} vs {y['op']}"
+        if x["out"] != y["out"] and not _uninitialized(x["op"]):
+            lines = [head, f"  first divergence at op {i}: {x['op']} shape {x['shape']}; inputs "
+                           f"{'agree: this kernel differs' if x['in'] == y['in'] else 'DIFFER'}"]  # fmt: skip
+            for j in range(max(0, i - 3), min(len(ta), i + 4)):
+                lines.append(f"    {j:6d} {ta[j]['op']:45s} {ta[j]['shape']}  {ta[j]['out'][:1]} {tb[j]['out'][:1]}")
+            return "\n".join(lines)
+    if len(ta) != len(tb):
+        return head + f"\n  the first {min(len(ta), len(tb))} operations agree; the traces have {len(ta)} and {len(tb)}"
+    return head + f"\n  SAME: {len(ta)} operations agree"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (or modes: exact, fast)")
+    ap.add_argument("--presets", help="comma-separated presets or modes (exact, fast: as this CPU runs them); "
+                    "default: every preset, and on a CPU that is not an Intel one each again with MKL's vendor override")  # fmt: skip
     ap.add_argument("--ops-only", action="store_true", help="skip the 64-step GPT-2 training (seconds, not minutes)")
-    ap.add_argument("--out", help="write this machine's fingerprint here (JSON)")
+    ap.add_argument("--out", help="write this machine's fingerprint (or trace) here (JSON)")
     ap.add_argument("--compare", nargs="+", metavar="JSON", help="compare the first file with each of the others")
+    ap.add_argument("--trace", action="store_true", help="trace every ATen operation of two training steps")
+    ap.add_argument("--preset", default="fast", help="the trace's preset or mode (default: fast, as this CPU runs it)")
+    ap.add_argument("--target", default="gpt2", choices=TRACE_TARGETS, help="the trace's training (default: gpt2)")
+    ap.add_argument("--steps", type=int, default=2, help="the trace's training steps (default: 2)")
+    ap.add_argument(
+        "--compare-trace", nargs="+", metavar="JSON", help="compare the first trace with each of the others"
+    )
+    ap.add_argument("--mkl-intel-dispatch", action="store_true",
+                    help="every preset named with MKL's vendor override (presets <name>+intel-dispatch; needs cc)")  # fmt: skip
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-trace", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.ops_only)))
+        return
+    if a.child_trace:
+        print(json.dumps(_trace_child(a.child_trace, a.steps)))
         return
     if a.compare:
         if len(a.compare) < 2:
@@ -209,11 +579,26 @@ def main() -> None:
         text, _ = report(json.loads(Path(a.compare[0]).read_text()), a.compare[1:])
         print(text)
         return
-    names = [MODE_PRESET.get(p, p) for p in a.presets.split(",")]
-    if unknown := [p for p in names if p not in PRESETS]:
-        ap.error(f"unknown presets {unknown}; choose from {sorted(PRESETS)} or the modes {sorted(MODE_PRESET)}")
-    res = fingerprint(names, a.ops_only)
-    s = json.dumps(res, indent=1)
+    if a.compare_trace:
+        if len(a.compare_trace) < 2:
+            ap.error("--compare-trace needs this machine's trace and at least one other")
+        mine = json.loads(Path(a.compare_trace[0]).read_text())
+        for f in a.compare_trace[1:]:
+            print(f"{Path(f).name}: {compare_traces(mine, json.loads(Path(f).read_text()))}")
+        return
+    vendor = numerics.cpu_vendor()
+    if a.trace:
+        name = mode_preset(a.preset, vendor) if a.preset in MODE_PRESET else a.preset
+        name = check_preset(name + (INTEL_DISPATCH if a.mkl_intel_dispatch and INTEL_DISPATCH not in name else ""))
+        res = trace(name, a.target, a.steps)
+        print(f"{len(res['trace'])} operations traced ({res['preset']}, {a.target}, {a.steps} steps)", file=sys.stderr)
+    else:
+        names = default_presets() if a.presets is None else a.presets.split(",")
+        names = [mode_preset(p, vendor) if p in MODE_PRESET else p for p in names]
+        if a.mkl_intel_dispatch:
+            names = list(dict.fromkeys(n if n.endswith(INTEL_DISPATCH) else n + INTEL_DISPATCH for n in names))
+        res = fingerprint(names, a.ops_only)
+    s = json.dumps(res, indent=None if a.trace else 1)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(s + "\n")
