@@ -2,15 +2,23 @@
 
 tests/golden/ holds
 - checkpoints/: the tiny models of papers A, B and C (config/test.yaml), trained once
-  under the exact numerics mode (the same bits on Intel and AMD CPUs), every output of their training rules (TRAIN_RULES)
-  laid out as the workflow writes them (results/heroes/..., results/coax/...,
-  results/gim/...), and checkpoints.csv with the SHA-256 of every weights file;
+  under the fast numerics mode (TRAIN_NUMERICS: the same bits on Intel and AMD CPUs) on
+  one CPU (its vendor is in every model's record), every output of their training rules
+  (TRAIN_RULES) laid out as the workflow writes them (results/heroes/...,
+  results/coax/..., results/gim/...), and checkpoints.csv with the SHA-256 of every
+  weights file;
+- vendor_checkpoints.csv: the SHA-256 that TRAIN_NUMERICS trains for each of those models,
+  per CPU vendor that measured it (model, cpu_vendor, sha256, source): the committed
+  checkpoints' own vendor, and every other one whose machine retrained them
+  (update.py --vendor-hashes). The golden training tests compare with their own vendor's
+  rows, and with another vendor's where this one has none and the committed fingerprints
+  show both vendors training the same bits under TRAIN_NUMERICS (expected_hashes);
 - heroes_tiny_*.csv: what the tiny DAG computes from those fixed weights (G, C, roles,
   rho, the protocol grid), the scoring half of the suite; coax_tiny_*.csv and
   gim_tiny_*.csv the same for papers B and C (COAX and baseline head scores, AUCs; GIM
   edge scores, CPR/CMD);
 - training.csv: the training half: steps to the target of one tiny model trained longer
-  (TRAIN_REACH), under the exact mode.
+  (TRAIN_REACH), under TRAIN_NUMERICS.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ BIN = Path(sys.executable).parent
 
 # The numerics mode the committed checkpoints were trained under, and that the golden
 # training tests retrain under: the one whose bits do not depend on the CPU vendor.
-TRAIN_NUMERICS = "exact"
+TRAIN_NUMERICS = "fast"
 # The training targets of the tiny config whose outputs are committed.
 TINY_CONFIGS = [ROOT / "config" / "config.yaml", ROOT / "config" / "test.yaml"]
 MODEL_FILES = ("model", "train.json", "train_log.csv")
@@ -106,6 +114,48 @@ def copy_training_outputs(src: Path, dest: Path, paper: str) -> None:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+VENDOR_CHECKPOINTS = GOLDEN / "vendor_checkpoints.csv"
+VENDOR_COLUMNS = ["model", "cpu_vendor", "sha256", "source"]
+
+
+def vendor_rows():
+    import pandas as pd
+
+    return pd.read_csv(VENDOR_CHECKPOINTS)
+
+
+def vendor_hashes(vendor: str) -> dict[str, str]:
+    """{model: SHA-256} that TRAIN_NUMERICS trains on a CPU of ``vendor`` ({} when no
+    machine of that vendor has retrained the golden checkpoints)."""
+    rows = vendor_rows()
+    rows = rows[rows["cpu_vendor"] == vendor]
+    return dict(zip(rows["model"], rows["sha256"]))
+
+
+def expected_hashes(vendor: str, training_same: bool | None) -> tuple[dict[str, str], str]:
+    """The hashes a CPU of ``vendor`` must train under TRAIN_NUMERICS, and where they come
+    from: its own vendor's rows; else, where the committed fingerprints show the vendors
+    training the same bits (``training_same``), those of the vendor that trained the
+    committed checkpoints; else none ({})."""
+    own = vendor_hashes(vendor)
+    if own:
+        return own, f"measured on {vendor} CPUs"
+    if training_same:
+        v = checkpoints_vendor()
+        return vendor_hashes(
+            v
+        ), f"measured on {v} CPUs; the committed fingerprints show both vendors training the same bits"
+    return {}, "none"
+
+
+def checkpoints_vendor() -> str:
+    """The CPU vendor that trained the committed checkpoints (one for all of them)."""
+    vendors = {train_meta(m)["numerics"]["cpu_vendor"] for m in model_dirs(CHECKPOINTS)}
+    if len(vendors) != 1:
+        raise AssertionError(f"the committed checkpoints were trained on CPUs of several vendors: {sorted(vendors)}")
+    return vendors.pop()
 
 
 def weight_hashes(root: Path, papers=PAPERS) -> dict[str, str]:

@@ -3,17 +3,22 @@
     .venv/bin/python tests/golden/update.py            # scoring values from the committed checkpoints
     .venv/bin/python tests/golden/update.py --retrain  # retrain the checkpoints first, then the above
     .venv/bin/python tests/golden/update.py --retrain --papers coax,gim  # only these papers' files
+    .venv/bin/python tests/golden/update.py --vendor-hashes  # this CPU vendor's rows only
 
 --papers (default heroes,coax,gim) regenerates only the named papers' files: their
 checkpoints under checkpoints/results/<paper>, their rows of checkpoints.csv (the other
 papers' rows stay as they are) and their golden CSVs (heroes_tiny_*.csv and, with
 --retrain, training.csv; coax_tiny_*.csv; gim_tiny_*.csv).
 
-Training runs under the exact numerics mode (golden_suite.TRAIN_NUMERICS: the same bits on
-Intel and AMD), scoring under the fast mode that the tests run (src/selfrepair/core/numerics.py). Run the scoring
+Training runs under golden_suite.TRAIN_NUMERICS (fast: the same bits on Intel and AMD),
+scoring under the mode that the tests run (src/selfrepair/core/numerics.py). Run the scoring
 update after a change that is meant to move a score; retrain only after a change that is
-meant to move training (the model, the loop, the data, the numerics pins). Commit the
-files with a message that says why they moved. What lives here: tests/golden_suite.py.
+meant to move training (the model, the loop, the data, the numerics pins). A retrain
+rewrites vendor_checkpoints.csv with this CPU vendor's rows alone (the other vendors' rows
+were of the old training). --vendor-hashes retrains in a temporary folder and writes only
+this vendor's rows of vendor_checkpoints.csv, leaving the committed checkpoints as they
+are: the way a machine of another vendor records what it trains. Commit the files with a
+message that says why they moved. What lives here: tests/golden_suite.py.
 """
 
 import argparse
@@ -21,6 +26,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,6 +52,27 @@ def retrain(d: Path, paper: str) -> None:
     rows = pd.concat([rows, pd.DataFrame({"model": list(hashes), "sha256": list(hashes.values())})])
     rows.sort_values("model").to_csv(f, index=False)
     print(f"{len(hashes)} {paper} checkpoints written to {G.CHECKPOINTS}")
+    write_vendor_rows(hashes, (paper,), replace_others=True)
+
+
+def write_vendor_rows(hashes: dict[str, str], papers, replace_others: bool) -> None:
+    """This CPU vendor's rows of vendor_checkpoints.csv for ``papers`` (other papers' rows
+    stay; other vendors' rows of those papers go when ``replace_others``)."""
+    f, vendor = G.VENDOR_CHECKPOINTS, numerics.cpu_vendor()
+    rows = pd.read_csv(f) if f.exists() else pd.DataFrame(columns=G.VENDOR_COLUMNS)
+    ours = rows["model"].map(G.paper_of).isin(papers)
+    drop = ours if replace_others else ours & (rows["cpu_vendor"] == vendor)
+    source = f"{numerics.cpu_model()}, {G.TRAIN_NUMERICS} mode, {time.strftime('%Y-%m-%d')}"
+    new = pd.DataFrame([{"model": m, "cpu_vendor": vendor, "sha256": h, "source": source} for m, h in hashes.items()])
+    out = pd.concat([rows[~drop], new])[G.VENDOR_COLUMNS].sort_values(["model", "cpu_vendor"])
+    out.to_csv(f, index=False)
+    print(f"{len(new)} {vendor} rows written to {f}")
+
+
+def vendor_hashes(d: Path, paper: str) -> dict[str, str]:
+    G.snakemake("--cores", "2", *G.tiny_args(G.prepare(d), paper=paper), f"numerics={G.TRAIN_NUMERICS}",
+                "--until", *G.TRAIN_RULES[paper])  # fmt: skip
+    return G.weight_hashes(d / "results", (paper,))
 
 
 def reach(d: Path) -> None:
@@ -95,10 +122,17 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--retrain", action="store_true", help="retrain the tiny checkpoints and the reach model first")
     ap.add_argument("--papers", default=",".join(G.PAPERS), help="comma-separated papers to regenerate (default: all)")
+    ap.add_argument("--vendor-hashes", action="store_true",
+                    help="only retrain in a temporary folder and write this CPU vendor's rows of vendor_checkpoints.csv")  # fmt: skip
     a = ap.parse_args()
     papers = a.papers.split(",")
     if unknown := set(papers) - set(G.PAPERS):
         ap.error(f"unknown papers {sorted(unknown)}; choose from {G.PAPERS}")
+    if a.vendor_hashes:
+        for paper in papers:
+            with tempfile.TemporaryDirectory() as t:
+                write_vendor_rows(vendor_hashes(Path(t), paper), (paper,), replace_others=False)
+        sys.exit(0)
     for paper in papers:
         if a.retrain:
             with tempfile.TemporaryDirectory() as t:
