@@ -17,10 +17,12 @@ writes results/reference/models.csv this way).
 ``verify`` retrains each model whose folder matches PATTERN (an fnmatch pattern: a
 folder, or e.g. ``results/heroes/sort/*``) in a fresh temporary folder, with the run's
 config files and its numerics mode, and compares the bits. It says first whether the same
-bits are expected on this machine: under ``exact`` on any x86-64 CPU with AVX2; under
-``fast`` only on a CPU of the vendor that trained it; under ``native`` only on that
-machine. It exits 1 when an expected match fails, 0 otherwise (a mismatch that the mode
-does not promise to avoid is reported, not failed).
+bits are expected on this machine, and why: under ``exact`` and ``fast`` on an x86-64 CPU
+with AVX2 of the vendor that trained it, and on another vendor's only where the committed
+fingerprints (benchmarks/fingerprints/) show both vendors training the same bits under
+that mode (so far they do not); under ``native`` only on that machine. It exits 1 when an
+expected match fails, 0 otherwise (a mismatch that the mode does not promise to avoid is
+reported, not failed).
 
 ``provenance`` records, for each reference table named, the numerics mode, CPU vendor and
 CPU of the run that wrote it (its models' records, which must agree), the commit and the
@@ -78,21 +80,35 @@ def manifest(directory: Path, configfiles: list[str]):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def expectation(row) -> tuple[bool, str]:
-    """Whether this machine should get the row's bits back, and why."""
-    mode, vendor = row["numerics"], row["cpu_vendor"]
-    if mode == "exact":
-        if numerics.can_pin():
-            return True, "exact mode: the same bits on any x86-64 CPU with AVX2 and FMA"
-        return False, "exact mode, but this CPU lacks AVX2/FMA: the pinned kernels cannot run here"
-    if mode == "fast":
-        if vendor == numerics.cpu_vendor() and numerics.can_pin():
-            return True, f"fast mode: the same bits on CPUs of one vendor, and this CPU is {vendor} too"
-        return False, (
-            f"fast mode trained it on a {vendor} CPU; this one is {numerics.cpu_vendor()}: MKL takes another "
-            "code path, so other bits are expected (retrain under exact for a vendor-neutral check)"
-        )
-    return False, f"{mode} mode: the same bits only on the machine that trained it"
+def cross_vendor_evidence(mode: str) -> dict:
+    """What the committed fingerprints show for ``mode`` across CPU vendors
+    (benchmarks/fingerprint.py's ``cross_vendor``)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fingerprint  # stdlib only at import
+
+    return fingerprint.cross_vendor(fingerprint.committed(), mode)
+
+
+def expectation(row, evidence=None) -> tuple[bool, str]:
+    """Whether this machine should get the row's bits back, and why. ``evidence``: the
+    committed fingerprints' cross-vendor verdict for the row's mode (read when needed)."""
+    mode, vendor, mine = row["numerics"], row["cpu_vendor"], numerics.cpu_vendor()
+    if mode not in numerics.PINNED_MODES:
+        return False, f"{mode} mode: the same bits only on the machine that trained it"
+    if not numerics.can_pin():
+        return False, f"{mode} mode, but this CPU lacks AVX2/FMA: the pinned kernels cannot run here"
+    if vendor == mine:
+        return True, f"{mode} mode: the same bits on x86-64 CPUs with AVX2 of one vendor, and this CPU is {vendor} too"
+    ev = evidence if evidence is not None else cross_vendor_evidence(mode)
+    if ev["training_same"] and {vendor, mine} <= set(ev["vendors"]):
+        return True, (f"{mode} mode trained it on a {vendor} CPU, this one is {mine}: the committed fingerprints of "
+                      "both vendors train the same bits under it (benchmarks/fingerprints/)")  # fmt: skip
+    why = ("the committed fingerprints show the two vendors training other bits under it"
+           if ev["training_same"] is False else "no committed fingerprint shows both vendors training the same bits")  # fmt: skip
+    return False, (
+        f"{mode} mode trained it on a {vendor} CPU; this one is {mine}: {why} (benchmarks/fingerprints/, "
+        "README 'Numerics'), so other bits are expected; the same claims within their CIs"
+    )
 
 
 def retrain(folder: str, configfiles: list[str], mode: str, workdir: Path, cores: int) -> Path:

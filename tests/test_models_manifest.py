@@ -74,14 +74,26 @@ def test_provenance_keeps_the_row_of_a_table_committed_unchanged(tmp_path):
     assert got.loc["edited.csv", "numerics"] == G.TRAIN_NUMERICS
 
 
-def test_expectation_follows_the_mode_and_the_vendor(monkeypatch):
+def test_expectation_follows_the_mode_the_vendor_and_the_fingerprints(monkeypatch):
     monkeypatch.setattr(numerics, "can_pin", lambda: True)
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
-    assert M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"})[0] is True
-    assert M.expectation({"numerics": "fast", "cpu_vendor": "GenuineIntel"})[0] is True
+    for mode in ("exact", "fast"):
+        ok, why = M.expectation({"numerics": mode, "cpu_vendor": "GenuineIntel"})
+        assert ok is True and "this CPU is GenuineIntel too" in why
+    # Across vendors: as the committed fingerprints say (both vendors' files are committed:
+    # the same training under fast, other bits under exact), and as a verdict says when given.
     ok, why = M.expectation({"numerics": "fast", "cpu_vendor": "AuthenticAMD"})
-    assert ok is False and "AuthenticAMD" in why and "exact" in why
+    assert ok is True and "both vendors train the same bits" in why
+    ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"})
+    assert ok is False and "AuthenticAMD" in why and "training other bits" in why
+    agree = {"vendors": ["AuthenticAMD", "GenuineIntel"], "training_same": True}
+    ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"}, agree)
+    assert ok is True and "both vendors train the same bits" in why
+    ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"}, {**agree, "training_same": None})
+    assert ok is False and "no committed fingerprint" in why
     assert M.expectation({"numerics": "native", "cpu_vendor": "GenuineIntel"})[0] is False
+    monkeypatch.setattr(numerics, "can_pin", lambda: False)
+    assert "lacks AVX2" in M.expectation({"numerics": "exact", "cpu_vendor": "GenuineIntel"})[1]
 
 
 def test_verify_names_a_missing_manifest_and_an_unknown_model(tmp_path):
@@ -102,15 +114,25 @@ def test_make_verify_without_a_model_says_how():
 @pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_verify_retrains_a_model_and_compares_its_bits(tmp_path, capsys):
-    """The toy IOI model of the committed checkpoints, trained under exact on whatever CPU
-    wrote them: retrained here, the same bits (exit 0); against a wrong hash, exit 1."""
+    """The toy IOI model of the committed checkpoints as a manifest row of this CPU's
+    vendor, with the hash this CPU must train (G.expected_hashes): retrained here under
+    the golden mode, the same bits (exit 0); against a wrong hash, exit 1. (A row of the
+    other vendor: test_expectation_follows_the_mode_the_vendor_and_the_fingerprints.)"""
+    vendor = numerics.cpu_vendor()
+    want, _ = G.expected_hashes(vendor, M.cross_vendor_evidence(G.TRAIN_NUMERICS)["training_same"])
+    if not want:
+        pytest.skip(f"no golden hashes for {vendor} CPUs in tests/golden/vendor_checkpoints.csv")
     f = tmp_path / "models.csv"
     table = M.manifest(G.CHECKPOINTS, TINY)
+    ioi = table["model"] == "results/coax/ioi/seed1"
+    table.loc[ioi, ["sha256", "cpu_vendor"]] = [want["results/coax/ioi/seed1"], vendor]
     table.to_csv(f, index=False)
     assert M.verify("results/coax/ioi/seed*", f, None, 2) == 0
     out = capsys.readouterr().out
-    assert "expect the same bits: exact mode" in out and "SAME BITS" in out and "1 model(s) retrained" in out
-    table.loc[table["model"] == "results/coax/ioi/seed1", "sha256"] = "0" * 64
+    assert (
+        f"expect the same bits: {G.TRAIN_NUMERICS} mode" in out and "SAME BITS" in out and "1 model(s) retrained" in out
+    )
+    table.loc[ioi, "sha256"] = "0" * 64
     table.to_csv(f, index=False)
     assert M.verify("results/coax/ioi/seed1", f, None, 2) == 1
     assert "DIFFERENT BITS" in capsys.readouterr().out
