@@ -125,7 +125,7 @@ portability: env fingerprint
 # them; on a CPU that is not an Intel one every preset also with MKL's vendor override)
 # and its operation trace of two GPT-2 training steps under fast, each compared with every
 # committed one (benchmarks/fingerprints/: which kernels this CPU shares with each, and
-# the first operation that differs). About 8 min. Add them there deliberately, with their
+# the first operation that differs). About 10 min. Add them there deliberately, with their
 # provenance.
 FINGERPRINT_FILES = $(foreach f,$(wildcard benchmarks/fingerprints/*.json),$(if $(findstring -trace-,$f),,$f))
 FINGERPRINT_TRACES = $(wildcard benchmarks/fingerprints/*-trace-gpt2-fast.json)

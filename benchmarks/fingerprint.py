@@ -14,8 +14,11 @@ hashes agree for a preset run the same bits for those kernels under it.
 
 ``--trace`` records every ATen operation of two training steps in call order, with hashes
 of its inputs and outputs (the initial parameters and the data first): of the GPT-2 above
-(``--target gpt2``, the format of the team's ``op_trace.py``) or of paper A's own model
-and training loop (``--target heroes``). ``--compare-trace A B`` prints the first
+(``--target gpt2``, the format of the team's ``op_trace.py``), of paper A's own model and
+training loop (``--target heroes``), or of paper B's and C's training functions run whole
+for two steps (``coax``: the toy IOI model; ``gim``: the arithmetic l2h4 model).
+The first 29 ops, their inputs and the GPT-2 are the team's fingerprint tool's, so that
+files written by either compare. ``--compare-trace A B`` prints the first
 operation whose outputs differ, and whether its inputs agreed: the kernel that makes two
 machines train other bits.
 
