@@ -26,6 +26,18 @@ def test_pinned_environment_pins_every_library_and_one_thread(mode):
     assert env["HOME"] == "/h"
 
 
+def test_the_vendor_override_is_built_once_and_without_a_compiler_fails_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("SELFREPAIR_CACHE", str(tmp_path))
+    lib = numerics.intel_dispatch_library()  # built here with the system's compiler
+    assert lib.parent == tmp_path and lib.stat().st_size > 0
+    assert numerics.intel_dispatch_library() == lib  # found, not rebuilt
+    lib.unlink()
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(numerics.shutil, "which", lambda name: None)
+    with pytest.raises(numerics.NumericsError, match="no C compiler was found .* apt-get install gcc"):
+        numerics.intel_dispatch_library()
+
+
 @pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
 def test_pinned_modes_preload_mkls_vendor_override_on_other_vendors_only(monkeypatch, vendor):
     monkeypatch.setattr(numerics, "can_pin", lambda: True)
