@@ -274,7 +274,7 @@ def check_preset(name: str) -> str:
 def _child_env(name: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED)}
     env.update(PRESETS[name.removesuffix(INTEL_DISPATCH)])
-    preload = [x for x in env.get("LD_PRELOAD", "").split() if not numerics._is_dispatch_library(x)]
+    preload = [x for x in env.get("LD_PRELOAD", "").split() if not numerics.is_dispatch_library(x)]
     if name.endswith(INTEL_DISPATCH):
         preload.insert(0, str(numerics.intel_dispatch_library()))
     env.pop("LD_PRELOAD", None)

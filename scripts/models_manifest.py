@@ -20,9 +20,9 @@ config files and its numerics mode, and compares the bits. It says first whether
 bits are expected on this machine, and why: under ``exact`` and ``fast`` on an x86-64 CPU
 with AVX2 of the vendor that trained it, and on another vendor's only where the committed
 fingerprints (benchmarks/fingerprints/) show both vendors training the same bits under
-that mode (so far they do not); under ``native`` only on that machine. It exits 1 when an
-expected match fails, 0 otherwise (a mismatch that the mode does not promise to avoid is
-reported, not failed).
+that mode (under ``fast`` they do, under ``exact`` not); under ``native`` only on that
+machine. It exits 1 when an expected match fails, 0 otherwise (a mismatch that the mode
+does not promise to avoid is reported, not failed).
 
 ``provenance`` records, for each reference table named, the numerics mode, CPU vendor and
 CPU of the run that wrote it (its models' records, which must agree), the commit and the

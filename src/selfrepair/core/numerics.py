@@ -137,7 +137,7 @@ def environment(mode: str, threads: int | None = None, base: dict | None = None)
     by default ``os.environ``, with the pins set or removed)."""
     check_mode(mode)
     env = dict(os.environ if base is None else base)
-    preload = [x for x in env.get("LD_PRELOAD", "").split() if not _is_dispatch_library(x)]
+    preload = [x for x in env.get("LD_PRELOAD", "").split() if not is_dispatch_library(x)]
     if mode in PINNED_MODES:
         env.update(MODE_PINS[mode])
         n = PINNED_THREADS
@@ -230,7 +230,7 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("SELFREPAIR_CACHE") or Path.home() / ".cache" / "selfrepair")
 
 
-def _is_dispatch_library(path: str) -> bool:
+def is_dispatch_library(path: str) -> bool:
     return Path(path).name.startswith("libselfrepair_mkl_intel_dispatch")
 
 
