@@ -162,3 +162,25 @@ def test_wake_up_norms_match_a_manual_computation(tiny_gpt2):
     r = coax.wake_up_ratios(b, tokens, [h, Component(0, 1)], [Component(0, 0)])
     assert r["L0H1"] == pytest.approx(1.0, abs=1e-6)  # same layer: cannot react
     assert r["L1H2"] != pytest.approx(1.0, abs=1e-6)
+
+
+def test_fisher_weight_floors_p0_at_1e_12_as_the_release():
+    """d = sqrt(max(p0, 1e-12)) (dz - E_p0[dz]), the mean with p0 itself (release 2.1.0:
+    torch.sqrt(p.clamp_min(1e-12))); by hand for p0 with a 0 and a 1e-30 entry."""
+    p0 = torch.tensor([[0.5, 0.5 - 1e-30, 1e-30, 0.0]], dtype=torch.float64)
+    dz = torch.tensor([[1.0, 2.0, 3.0, 5.0]], dtype=torch.float64)
+    mean = 0.5 * 1.0 + (0.5 - 1e-30) * 2.0 + 1e-30 * 3.0  # = 1.5 in float64
+    want = torch.tensor(
+        [[math.sqrt(0.5) * (1.0 - mean), math.sqrt(0.5) * (2.0 - mean), 1e-6 * (3.0 - mean), 1e-6 * (5.0 - mean)]],
+        dtype=torch.float64,
+    )
+    got = coax.features(dz, p0)
+    assert torch.allclose(got, want, rtol=1e-12, atol=0)
+    unclamped = p0.sqrt() * (dz - mean)  # 1.5e-15 and 0 in the last two entries
+    assert float(unclamped[0, 2]) == pytest.approx(1.5e-15) and float(unclamped[0, 3]) == 0.0
+    assert float(got[0, 2]) == pytest.approx(1.5e-6) and float(got[0, 3]) == pytest.approx(3.5e-6)
+    assert coax.energy(dz, p0) == pytest.approx(0.25 + 1e-12 * (1.5**2 + 3.5**2), rel=0, abs=1e-16)  # 0.25 unclamped
+    # above the floor nothing changes
+    q = torch.softmax(torch.tensor([[0.3, -1.0, 2.0]]), -1)
+    d = torch.tensor([[0.5, 1.0, -2.0]])
+    assert torch.equal(coax.features(d, q), q.sqrt() * (d - (q * d).sum(-1, keepdim=True)))

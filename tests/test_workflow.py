@@ -41,6 +41,7 @@ def configs(*extra):
         ("heroes:\n  tasks: [shuffle]\n", "heroes.tasks.0: 'shuffle' is not one of"),
         ("heroes:\n  train: {min_len: 9, max_len: 4}\n", "heroes.train.min_len (9) > heroes.train.max_len (4)"),
         ("heroes:\n  grid: {cells: [shuffle]}\n", "heroes.grid.cells.0: 'shuffle' is not one of"),
+        ("coax:\n  real: {prompt_style: bos}\n", "coax.real.prompt_style: 'bos' is not one of"),
     ],
 )
 def test_invalid_config_is_rejected_naming_the_key(tmp_path, bad, message):

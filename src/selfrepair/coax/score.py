@@ -7,8 +7,10 @@ scores that growth in the Fisher geometry of the clean output distribution:
 - clean logits z0; per kept position a fixed support (top-r logits, protocol ``v1``:
   every position but the last, r = 192; protocol ``v2``: the last position, full
   vocabulary) and p0 = softmax of z0 over that support;
-- feature of a logit perturbation dz: d = sqrt(p0) * (dz - E_p0[dz]);
-  <d_u, d_v> = dz_u^T (diag(p0) - p0 p0^T) dz_v (Fisher quadratic form);
+- feature of a logit perturbation dz: d = sqrt(max(p0, 1e-12)) * (dz - E_p0[dz]) (the
+  floor under p0 in the weight only, as COAX release 2.1.0 does; it matters only where
+  some p0 < 1e-12); <d_u, d_v> = dz_u^T (diag(p0) - p0 p0^T) dz_v (Fisher quadratic
+  form) up to that floor;
 - energy E(dz) = mean over prompts and kept positions of ||d||^2;
 - single_u = E(z0 - z_{u}), cond_u = E(z_S - z_{S+u}) (p0 still the clean one),
   comp_u = cond_u - single_u.
@@ -79,10 +81,13 @@ def make_support(z0_full: torch.Tensor, protocol: str = "v1", top_r: int = 192, 
     return Support(positions, index, torch.softmax(zs, -1), zs, protocol)
 
 
+P0_FLOOR = 1e-12  # floor under p0 in the Fisher weight sqrt(p0) (the release's clamp_min)
+
+
 def features(dz: torch.Tensor, p0: torch.Tensor) -> torch.Tensor:
-    """d = sqrt(p0) * (dz - E_p0[dz]) over the last axis."""
+    """d = sqrt(max(p0, 1e-12)) * (dz - E_p0[dz]) over the last axis (the mean with p0 itself)."""
     mean = (p0 * dz).sum(-1, keepdim=True)
-    return p0.sqrt() * (dz - mean)
+    return p0.clamp_min(P0_FLOOR).sqrt() * (dz - mean)
 
 
 def energy(dz: torch.Tensor, p0: torch.Tensor) -> float:

@@ -7,14 +7,24 @@ with the 16 names, 8 places and 8 objects of paper B. A sequence is
 positions, and the IOI metric is logit[IO] - logit[S] at the last prompt position.
 
 ``gpt2_prompts`` builds paper B's GPT-2 prompts ("When {IO} and {S} went to the
-{place}, {S} gave a {obj} to") with a tokenizer, keeping those where every name is a
-single token, so all prompts have the same length.
+{place}, {S} gave a {obj} to") with a tokenizer, in one of two styles:
+
+- ``"authors"`` (default): as COAX release 2.1.0 builds them (``ioi_prompts`` in
+  ``src/curvgraph/circuits.py``): no BOS, ``numpy.random.default_rng(seed)``, per
+  prompt IO and S drawn without replacement from the names, then a place, then an
+  object; every drawn prompt is kept, IO/S ids are the first token of " " + name;
+- ``"bos-torch"`` (this project's earlier default): a BOS first, torch's generator,
+  names the tokenizer splits left out and prompts of another length skipped.
+
+The name, place and object lists and the template are the release's (the same as
+the toy language's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from selfrepair.tasks.sequences import Batch
@@ -116,9 +126,53 @@ def accuracy(logits: torch.Tensor, prompts: IOIPrompts) -> float:
     return float((logit_diff(logits, prompts, reduce=False) > 0).float().mean())
 
 
-def gpt2_prompts(tokenizer, n: int, seed: int) -> IOIPrompts:
-    """Paper B's GPT-2 prompts (IO != S), keeping single-token names, places, objects."""
+PROMPT_STYLES = ("authors", "bos-torch")
 
+
+def gpt2_prompts(tokenizer, n: int, seed: int, style: str = "authors") -> IOIPrompts:
+    """Paper B's GPT-2 prompts (IO != S), ``n`` of them, deterministic from ``seed``.
+
+    ``style`` (see the module docstring): ``"authors"``, the COAX release's prompts
+    (no BOS, numpy's ``default_rng``; ValueError when the tokenizer gives the drawn
+    prompts different lengths, as they cannot be stacked), or ``"bos-torch"``, this
+    project's earlier prompts (BOS, torch's generator, single-token names only).
+    """
+    if style == "authors":
+        return _authors_prompts(tokenizer, n, seed)
+    if style == "bos-torch":
+        return _bos_torch_prompts(tokenizer, n, seed)
+    raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, not {style!r}")
+
+
+def _first_token(tokenizer, word: str) -> int:
+    return tokenizer.encode(" " + word, add_special_tokens=False)[0]
+
+
+def _authors_prompts(tokenizer, n: int, seed: int) -> IOIPrompts:
+    # The release draws, for each prompt in turn: two distinct names (the first is IO,
+    # the second S), one place, one object, all with Generator.choice on its lists;
+    # it keeps every prompt and tokenizes the text alone (GPT-2's tokenizer adds no BOS).
+    rng = np.random.default_rng(seed)
+    toks, ios, ss = [], [], []
+    for _ in range(n):
+        i_io, i_s = (int(k) for k in rng.choice(len(NAMES), size=2, replace=False))
+        place = PLACES[int(rng.choice(len(PLACES)))]
+        obj = OBJECTS[int(rng.choice(len(OBJECTS)))]
+        text = GPT2_TEMPLATE.format(IO=NAMES[i_io], S=NAMES[i_s], P=place, O=obj)
+        toks.append(tokenizer.encode(text, add_special_tokens=False))
+        ios.append(_first_token(tokenizer, NAMES[i_io]))
+        ss.append(_first_token(tokenizer, NAMES[i_s]))
+    lengths = sorted({len(t) for t in toks})
+    if len(lengths) > 1:
+        raise ValueError(
+            f"prompt style 'authors' keeps every drawn prompt, but this tokenizer gives them "
+            f"{len(lengths)} different lengths {lengths}; they cannot be stacked (use style='bos-torch', "
+            "which keeps only prompts of one length)"
+        )
+    return IOIPrompts(torch.tensor(toks), torch.tensor(ios), torch.tensor(ss))
+
+
+def _bos_torch_prompts(tokenizer, n: int, seed: int) -> IOIPrompts:
     def one(word):
         ids = tokenizer.encode(" " + word, add_special_tokens=False)
         return ids[0] if len(ids) == 1 else None
