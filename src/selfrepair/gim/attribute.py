@@ -17,7 +17,14 @@ import torch
 from selfrepair.gim.backward import GIMConfig, gim, with_hooks
 from selfrepair.gim.evaluate import logit_diff, run_circuit
 from selfrepair.gim.graph import Graph
-from selfrepair.gim.hooks import forward_activations, on_prepared
+from selfrepair.gim.hooks import (
+    POST_NORM_INPUT,
+    attn_post_norms,
+    forward_activations,
+    head_rows,
+    on_prepared,
+    post_norm_shift,
+)
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm")
@@ -57,6 +64,13 @@ def edge_scores(
     the denoising estimate of logit_diff(corrupt with u->v restored to clean) -
     logit_diff(corrupt), TransformerLens's ``attribution_patch`` (edge granularity,
     summed over positions). Both have the same sign: positive favours the answer.
+
+    Post-attention norms (Gemma-2): as in MIB (EAP-IG ``get_scores_eap`` and
+    ``get_scores_eap_ig`` use the same hooks on every model), a head's a_u is its
+    pre-norm ``hook_result`` and dL/d(input of v) is taken at v's input, so a head edge's
+    score omits the Jacobian of the post-norm in between: it is not the first-order
+    estimate of the edge's patching effect there (:func:`evaluate.patched` recomputes
+    the norm). MLP and input edges are unaffected (``hook_mlp_out`` is post-norm).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; one of {METHODS}")
@@ -154,17 +168,32 @@ def exact_edge_patching(
     together (at most ``max_rows`` rows and about 2^27 logits per forward) and the
     activations are computed once per batch. Under grouped-query attention an edge
     into a head's k (v) input patches its group's shared input and scores that effect
-    divided by the group size (the convention of :func:`edge_scores`).
+    divided by the group size (the convention of :func:`edge_scores`). With
+    post-attention norms (Gemma-2) a head parent h of layer L shifts v's input by
+    N_L(pre_L + r_h(corrupt) - r_h(clean)) - N_L(pre_L), pre_L the norm's clean input:
+    the patching convention of :func:`evaluate.patched` (MIB's).
     """
     rep = graph.n_heads // graph.n_kv_heads
     total = torch.zeros(graph.valid.shape, device=_device(bridge))  # returned on the CPU
+    norms = attn_post_norms(bridge)
     for b in data.batches(batch_size):
-        logits, a_clean = forward_activations(bridge, graph, b.clean)
+        pre = {}  # layer -> the post-norm's clean input
+
+        def keep_pre(layer):
+            return POST_NORM_INPUT.format(layer=layer), lambda x, hook: pre.__setitem__(layer, x.detach())
+
+        keep = [] if norms is None else [keep_pre(layer) for layer in range(graph.n_layers)]
+        logits, a_clean = forward_activations(bridge, graph, b.clean, hooks=keep)
         _, a_corr = forward_activations(bridge, graph, b.corrupt)
         base = logit_diff(logits, b)  # [B]
         n, t, vocab = logits.shape
         per_run = max(1, min(max_rows, 2**27 // (t * vocab)) // n)  # parents per forward
         shift = (a_corr - a_clean).permute(2, 0, 1, 3)  # [F, B, T, d]
+        if norms is not None:
+            with torch.no_grad():
+                for layer, rows in enumerate(head_rows(graph)):
+                    for i in rows:
+                        shift[i] = post_norm_shift(norms[layer], pre[layer], shift[i])
         for name, slot, cols in _column_groups(graph):
             parents = graph.valid[:, cols[0]].nonzero().flatten().tolist()
             for c in range(0, len(parents), per_run):

@@ -145,7 +145,9 @@ def with_hooks(bridge, hooks):
 
 
 class _FrozenScaleNorm:
-    """LayerNorm / RMSNorm with the normalization scale detached (forward unchanged)."""
+    """LayerNorm / RMSNorm with the normalization scale detached (forward unchanged).
+    Gemma's RMSNorm (weight stored as an offset from 1, product in float32) as its own
+    forward computes it."""
 
     def __init__(self, norm):
         self.norm = norm
@@ -158,11 +160,17 @@ class _FrozenScaleNorm:
             y = (x - mean) / (var + n.eps).sqrt().detach()
             return y * n.weight + n.bias if n.elementwise_affine else y
         eps = getattr(n, "variance_epsilon", getattr(n, "eps", None))
-        if eps is None or type(n).__name__.startswith("Gemma"):
-            raise NotImplementedError(f"freeze_norm: unsupported per-head norm {type(n).__name__}")
+        kind = type(n).__name__
+        if eps is None or (kind.startswith("Gemma") and kind not in _GEMMA_RMS_NORMS):
+            raise NotImplementedError(f"freeze_norm: unsupported per-head norm {kind}")
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps).detach()
+        if kind in _GEMMA_RMS_NORMS:
+            return (y * (1.0 + n.weight.float())).type_as(x)
         return n.weight * y.to(x.dtype)
+
+
+_GEMMA_RMS_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm")  # x * rsqrt(mean x^2 + eps) * (1 + w), in float32
 
 
 @contextmanager

@@ -15,7 +15,16 @@ import torch
 
 from selfrepair.gim.backward import with_hooks
 from selfrepair.gim.graph import SELECTIONS, Graph, n_edges_at, select_edges
-from selfrepair.gim.hooks import forward_activations, forward_hooks, on_prepared, prepared
+from selfrepair.gim.hooks import (
+    POST_NORM_INPUT,
+    attn_post_norms,
+    forward_activations,
+    forward_hooks,
+    head_rows,
+    on_prepared,
+    post_norm_shift,
+    prepared,
+)
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -37,6 +46,14 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
     input_v := input_v - sum_{u parent of v, (u,v) not in graph} (a_u(now) - a_u(corrupt)).
     ``in_graph``: bool [n_forward, n_backward]; ``a_corr``: forward activations of the
     corrupted run [B, T, n_forward, d].
+
+    With post-attention norms (Gemma-2, :func:`hooks.attn_post_norms`), MIB's convention
+    (EAP-IG ``evaluate_graph``): the parent heads of one layer L reach v through
+    N_L = ln1_post, so v's input gets instead, per layer,
+    N_L(pre_L(now) - sum_{h out} (r_h(now) - r_h(corrupt))) - N_L(pre_L(now)), pre_L the
+    norm's input (summed head outputs plus bias) in this run: v reads layer L's attention
+    output recomputed, scale included, from its in-circuit heads' current and its
+    out-of-circuit heads' corrupted outputs. Other parents (input, MLPs) stay additive.
     """
     out_edges = (graph.valid & ~in_graph).float()  # edges that are patched
     store = {}
@@ -48,6 +65,18 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
                 store[i] = (x if s is None else x[:, :, s]) - a_corr[:, :, i]
 
         hooks.append((name, rec))
+    norms = attn_post_norms(bridge)
+    pre = {}  # layer -> the post-norm's input in this run
+    rows = head_rows(graph)
+    plain = torch.ones(len(graph.forward))  # rows that add into the residual stream
+    if norms is not None:
+        for layer in range(graph.n_layers):
+            plain[rows[layer]] = 0
+
+            def rec_pre(x, hook, layer=layer):
+                pre[layer] = x
+
+            hooks.append((POST_NORM_INPUT.format(layer=layer), rec_pre))
     rep = graph.n_heads // graph.n_kv_heads
     for name, cols in graph.backward_slots().items():
         if name.endswith(("k_input", "v_input")) and rep > 1:
@@ -65,8 +94,14 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
             d = torch.stack([store[i] for i in range(n)], dim=2)  # [B, T, n_known, d]
             x = x.clone()
             for j, s in cols:
-                m = masks[s][:n].to(d.dtype)
-                delta = torch.einsum("btfd,f->btd", d, m)
+                m = masks[s][:n].to(d.device, d.dtype)
+                delta = torch.einsum("btfd,f->btd", d, m * plain[:n].to(d.device, d.dtype))
+                if norms is not None:
+                    for layer, r in enumerate(rows):
+                        if r[-1] >= n or not m[r].any():
+                            continue  # not a parent yet, or every head of it kept
+                        moved = torch.einsum("btfd,f->btd", d[:, :, r], m[r])
+                        delta = delta - post_norm_shift(norms[layer], pre[layer], -moved)
                 if s is None:
                     x = x - delta
                 else:

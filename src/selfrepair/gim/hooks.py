@@ -7,6 +7,14 @@ activations of every upstream node.
 an MLP's ``blocks.L.hook_mlp_out``; a head's q/k/v input is
 ``blocks.L.hook_{q,k,v}_input[:, :, H]``, an MLP's input ``blocks.L.hook_mlp_in``, the
 logits' input ``ln_final.hook_in`` (:meth:`Graph.backward_slots`).
+
+Post-attention norms (Gemma-2's ``ln1_post``): a layer's attention output is
+``ln1_post(sum_h result_h + b_O)``, so a head's output reaches the residual stream only
+through a norm of the whole layer's sum. As in MIB (EAP-IG, the TransformerLens 2
+``use_normalization_before_and_after`` path), a head node is still its pre-norm
+``attn.hook_result[:, :, H]``; an MLP node is ``hook_mlp_out``, which on the bridge is
+the post-MLP norm's output (``ln2_post.hook_out``), so MLP edges stay additive.
+:func:`attn_post_norms` gives each layer's norm, :func:`head_rows` its heads' rows.
 """
 
 from __future__ import annotations
@@ -95,3 +103,33 @@ def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) ->
     with torch.no_grad():
         logits = bridge.run_with_hooks(tokens, fwd_hooks=list(hooks) + fwd)
     return logits, _stack_forward(graph, store)
+
+
+# ---------------------------------------------------------------- post-norms -----
+def attn_post_norms(bridge) -> list | None:
+    """Each layer's post-attention norm as the plain Hugging Face module (no hook points
+    fire when it is called), or None when the model has none (GPT-2, Llama, Qwen-2).
+
+    Gemma-2: ``blocks.L.ln1_post`` (HF ``post_attention_layernorm``); its input,
+    ``blocks.L.ln1_post.hook_in``, is the layer's summed head outputs plus the output bias
+    (:data:`POST_NORM_INPUT`), its output ``blocks.L.hook_attn_out``."""
+    if f"blocks.0.{POST_NORM}.hook_in" not in bridge.hook_dict:
+        return None
+    return [getattr(blk, POST_NORM).original_component for blk in bridge.blocks]
+
+
+POST_NORM = "ln1_post"
+POST_NORM_INPUT = "blocks.{layer}.ln1_post.hook_in"
+
+
+def head_rows(graph: Graph) -> list[list[int]]:
+    """Per layer, the forward rows of its heads (the order of :func:`forward_hooks`)."""
+    step = graph.n_heads + 1
+    return [[1 + layer * step + h for h in range(graph.n_heads)] for layer in range(graph.n_layers)]
+
+
+def post_norm_shift(norm, pre: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """How much the layer's attention output moves when the pre-norm sum ``pre`` moves by
+    ``delta``: ``norm(pre + delta) - norm(pre)``, the norm's scale recomputed on the moved
+    sum (EAP-IG ``evaluate_graph``'s Gemma case), not frozen at ``pre``'s."""
+    return norm(pre + delta) - norm(pre)
