@@ -21,11 +21,12 @@ toy = {
 }
 status = pd.read_csv(i.real_status).fillna("")
 real = real_models.real_tables(i.real_tables)
-not_run = {}
+not_run = {}  # claim -> the reasons of every model x experiment row it needs that did not run
 for _, r in status.iterrows():
     if r["status"] != "ran":
         for cid in str(r["claims"]).split():
-            not_run[cid] = r["reason"]
+            reason = r["reason"].replace("not run: failed:", f"not run: {r['model']} failed:")
+            not_run[cid] = f"{not_run[cid]}; {reason}" if cid in not_run else reason
 not_run.setdefault("limits_mlp_weak", "not run: the greater-than circuit (MLP-dominated) is not part of this workflow")
 not_run.setdefault(
     "limits_induction_shared", "not run: a qualitative reading of the paper's induction results; not scored"
@@ -36,4 +37,9 @@ if "wakeup_scales" not in not_run and wk.exists():
     measured["wakeup_scales"] = real_models.wakeup_scales(pd.read_csv(wk))
 table = published.compare("coax", published.load_claims(i.claims, "coax"), measured)
 table["protocol"] = f"COAX protocol {smk.params.protocol}, zero ablation of hook_z"
+files = real_models.model_files(status)  # which model files produced each real-model number
+table["note"] = [
+    f"{n}; model files: {files[c]}" if c in files and n else (f"model files: {files[c]}" if c in files else n)
+    for c, n in zip(table["id"], table["note"].fillna(""))
+]
 table.to_csv(smk.output.csv, index=False)

@@ -2,14 +2,12 @@
 
 import sys
 
-sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+from selfrepair.core import runtime
+from selfrepair.gim.localization import run_mib
 
-from selfrepair.core import runtime  # noqa: E402
-from selfrepair.core.models import resolve_device  # noqa: E402
-from selfrepair.gim.localization import run_mib  # noqa: E402
-
-runtime.compute_setup(snakemake)  # noqa: F821  numerics mode, threads
-p = snakemake.params  # noqa: F821
+smk = snakemake  # noqa: F821
+device = runtime.start(smk)  # log file, numerics mode, threads; progress lines go to the log
+p = smk.params
 status, table, curves = run_mib(
     list(p.models),
     list(p.datasets),
@@ -19,10 +17,10 @@ status, table, curves = run_mib(
     int(p.batch_size),
     int(p.ig_steps),
     tuple(p.fractions),
-    resolve_device(p.device),
+    device,
     int(p.eactp_max_edges),
 )
-status.to_csv(snakemake.output.status, index=False)  # noqa: F821
-table.to_csv(snakemake.output.table, index=False)  # noqa: F821
-curves.to_csv(snakemake.output.curves, index=False)  # noqa: F821
+status.to_csv(smk.output.status, index=False)
+table.to_csv(smk.output.table, index=False)
+curves.to_csv(smk.output.curves, index=False)
 print(status.to_string(), file=sys.stderr)

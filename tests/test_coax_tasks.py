@@ -1,5 +1,7 @@
 """Paper B's tasks and the path to the papers' own models (tiny random stand-ins)."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -7,6 +9,7 @@ import torch
 from selfrepair.coax import induction_experiment, ioi_experiment, real_models
 from selfrepair.coax import score as coax
 from selfrepair.coax.baselines import DISCOVERY_METHODS
+from selfrepair.core import models
 from selfrepair.tasks import induction, ioi, lm
 
 torch.set_num_threads(1)
@@ -98,6 +101,8 @@ def tiny_real_models(tmp_path_factory):
     v = 60
     cfgs = {
         "tiny-gpt2": (GPT2LMHeadModel, GPT2Config(vocab_size=v, n_positions=64, n_embd=32, n_layer=2, n_head=4)),
+        # a context of 8 tokens, shorter than the IOI prompts
+        "tiny-short": (GPT2LMHeadModel, GPT2Config(vocab_size=v, n_positions=8, n_embd=32, n_layer=2, n_head=4)),
         "tiny-neox": (
             GPTNeoXForCausalLM,
             GPTNeoXConfig(
@@ -134,11 +139,65 @@ def test_gpt2_prompts_with_a_tokenizer(tiny_real_models):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_real_models / "tiny-gpt2")
-    p = ioi.gpt2_prompts(tok, 10, seed=0)
-    assert p.tokens.shape[0] == 10
-    text = tok.decode(p.tokens[0, 1:])
-    assert text.startswith("When ") and text.endswith(" to")
-    assert (p.io != p.s).all()
+    for style in ioi.PROMPT_STYLES:
+        p = ioi.gpt2_prompts(tok, 10, seed=0, style=style)
+        assert p.tokens.shape[0] == 10
+        text = tok.decode(p.tokens[0, 1:] if style == "bos-torch" else p.tokens[0])
+        assert text.startswith("When ") and text.endswith(" to")
+        assert (p.io != p.s).all()
+
+
+def test_gpt2_prompts_authors_style_is_the_release_algorithm(tiny_real_models):
+    """The default style builds COAX release 2.1.0's prompts (circuits.ioi_prompts):
+    no BOS; numpy default_rng(seed); per prompt 2 names without replacement (IO, S),
+    then a place, then an object, from the release's lists; every prompt kept."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_real_models / "tiny-gpt2")
+    # the release's lists, written out here (not taken from ioi)
+    names = "John Mary Tom James Dan Sid Martin Anna Paul Kate Mark Lucy Peter Sarah David Emma".split()
+    places = "store park school office garden station market library".split()
+    objects = "drink book ball ring kiss snack bone note".split()
+    for seed in (0, 42):
+        p = ioi.gpt2_prompts(tok, 6, seed=seed)
+        assert torch.equal(p.tokens, ioi.gpt2_prompts(tok, 6, seed=seed, style="authors").tokens)
+        assert p.tokens.shape == (6, 14)  # no BOS: the 14 words of the template
+        assert (p.tokens[:, 0] != tok.bos_token_id).all() and (p.tokens != tok.bos_token_id).all()
+        rng = np.random.default_rng(seed)
+        for i in range(6):
+            io, s = rng.choice(names, size=2, replace=False)
+            place, obj = rng.choice(places), rng.choice(objects)
+            want = f"When {io} and {s} went to the {place} , {s} gave a {obj} to"
+            assert tok.decode(p.tokens[i]) == want, (seed, i)
+            assert tok.convert_ids_to_tokens([int(p.io[i]), int(p.s[i])]) == [io, s]
+    # a prefix of a longer set: nothing is skipped or redrawn
+    assert torch.equal(ioi.gpt2_prompts(tok, 20, seed=3).tokens[:6], ioi.gpt2_prompts(tok, 6, seed=3).tokens)
+
+
+def test_gpt2_prompts_bos_torch_style_keeps_the_old_prompts(tiny_real_models):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_real_models / "tiny-gpt2")
+    p = ioi.gpt2_prompts(tok, 4, seed=0, style="bos-torch")
+    # what gpt2_prompts(tok, 4, seed=0) gave before the "authors" style became the default
+    assert [tok.decode(t) for t in p.tokens] == [
+        "<bos> When Peter and Mark went to the store , Mark gave a drink to",
+        "<bos> When Peter and Emma went to the office , Emma gave a drink to",
+        "<bos> When James and Mary went to the library , Mary gave a drink to",
+        "<bos> When Mary and Kate went to the school , Kate gave a drink to",
+    ]
+    assert tok.convert_ids_to_tokens(p.io.tolist()) == ["Peter", "Peter", "James", "Mary"]
+    assert tok.convert_ids_to_tokens(p.s.tolist()) == ["Mark", "Emma", "Mary", "Kate"]
+
+
+def test_gpt2_prompts_refuse_an_unknown_style(tiny_real_models):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_real_models / "tiny-gpt2")
+    for bad in ("bos", "Authors", ""):
+        with pytest.raises(ValueError, match="prompt style must be one of"):
+            ioi.gpt2_prompts(tok, 4, seed=0, style=bad)
 
 
 def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
@@ -156,11 +215,19 @@ def test_real_model_path_on_tiny_gpt2_neox_llama(tiny_real_models, tmp_path):
         "amp_eps": 1e-3,
     }  # fmt: skip
     ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
-    status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu").set_index("experiment")
-    assert status.loc["ioi", "status"] == "ran", status.loc["ioi", "reason"]
-    assert status.loc["wakeup", "status"] == "ran", status.loc["wakeup", "reason"]
-    assert status.loc["induction", "status"] == "ran", status.loc["induction", "reason"]
-    assert status.loc["pruning", "status"] == "not run"
+    status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu")
+    assert list(status.columns) == real_models.STATUS_COLUMNS
+    ran = status[status.experiment != "pruning"]
+    assert (ran.status == "ran").all(), ran.reason.tolist()
+    # one row per model x experiment, each naming the model's folder and identity
+    assert list(zip(ran.experiment, ran.model)) == [("ioi", "tiny-gpt2")] + [
+        ("wakeup", m) for m in real["wakeup_models"]
+    ] + [("induction", m) for m in real["induction_models"]]
+    for _, r in ran.iterrows():
+        assert r.folder == str(tiny_real_models / r.model)
+        assert r.identity == models.model_identity(tiny_real_models / r.model)
+    assert ran.drop_duplicates("model").identity.nunique() == 3
+    assert status.set_index("experiment").loc["pruning", "status"] == "not run"
     tabs = real_models.real_tables(tmp_path)
     assert list(tabs["ioi_summary"]["method"]) == list(DISCOVERY_METHODS)
     disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
@@ -266,3 +333,70 @@ def test_release_claims_are_measured_from_the_same_summary_rows_as_the_papers():
         assert table.loc[cid, "status"] == "not run"
         assert f"toy analogue: {0.51 + 0.04 * methods.index(mth):.3f}" in table.loc[cid, "note"], cid
     assert (table.loc["ioi_auc_eap_ig", "published"], table.loc["ioi_auc_eap_ig_r21", "published"]) == (0.70, 0.581)
+
+
+def _model_files_by_hand(folder):
+    import hashlib
+
+    lines = ""
+    for f in [folder / "config.json", *sorted(folder.glob("*.safetensors"))]:
+        lines += f"{f.name}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
+    return hashlib.sha256(lines.encode()).hexdigest()[:16]
+
+
+def test_model_identity_hashes_config_and_weights(tiny_real_models, tmp_path):
+    import shutil
+
+    src = tiny_real_models / "tiny-gpt2"
+    assert models.model_identity(src) == _model_files_by_hand(src)
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    assert models.model_identity(copy) == models.model_identity(src)  # the files, not the folder's name
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg["activation_function"] = "relu"  # same weights, another model
+    (copy / "config.json").write_text(json.dumps(cfg))
+    assert models.model_identity(copy) != models.model_identity(src)
+
+
+def test_one_failing_model_costs_its_row_not_the_others(tiny_real_models, tmp_path, monkeypatch):
+    real = {
+        "search_paths": [str(tiny_real_models)],
+        "ioi_model": "tiny-short",
+        "wakeup_models": ["tiny-gpt2", "tiny-short", "no-such-model", "tiny-llama"],
+        "induction_models": ["tiny-neox", "tiny-llama"],
+        "n_prompts": 8,
+        "data_seeds": [1],
+        "induction_T": 6,
+    }
+    ioi_cfg = {"n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2}
+    ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
+    run_induction = real_models.induction_experiment.run_induction
+
+    def fails_on_neox(bridge, *a, **k):
+        if bridge.cfg.n_ctx == 64 and "NeoX" in type(bridge.original_model).__name__:
+            raise RuntimeError("out of memory (simulated)")
+        return run_induction(bridge, *a, **k)
+
+    monkeypatch.setattr(real_models.induction_experiment, "run_induction", fails_on_neox)
+    status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu")
+    st = status.set_index(["experiment", "model"])
+    length = ioi.gpt2_prompts(real_models.load_bridge(tiny_real_models / "tiny-gpt2").tokenizer, 8, 1).tokens.shape[1]
+    short = f"not run: the IOI prompts are {length} tokens long, longer than tiny-short's context of 8 tokens (n_ctx)"
+    assert st.loc[("ioi", "tiny-short"), "reason"] == short
+    assert st.loc[("wakeup", "tiny-short"), "reason"] == short
+    assert st.loc[("wakeup", "no-such-model"), "reason"].startswith("not run: weights not found for 'no-such-model'")
+    assert st.loc[("wakeup", "no-such-model"), "identity"] == ""
+    assert st.loc[("induction", "tiny-neox"), "reason"] == "not run: failed: RuntimeError: out of memory (simulated)"
+    for key in [("wakeup", "tiny-gpt2"), ("wakeup", "tiny-llama"), ("induction", "tiny-llama")]:
+        assert st.loc[key, "status"] == "ran", st.loc[key, "reason"]
+    # the others' tables are kept
+    assert set(pd.read_csv(tmp_path / "wakeup_models.csv").model) == {"tiny-gpt2", "tiny-llama"}
+    assert set(pd.read_csv(tmp_path / "induction.csv").model) == {"tiny-llama"}
+    assert not (tmp_path / "ioi_summary.csv").exists()
+    # the published table: a claim of a model that did not run is not run, with the reason
+    files = real_models.model_files(status)
+    assert "ioi_auc_coax" not in files
+    assert files["wakeup_scales"] == "; ".join(
+        f"{m} at {tiny_real_models / m} (identity {models.model_identity(tiny_real_models / m)})"
+        for m in ("tiny-gpt2", "tiny-llama")
+    )

@@ -110,13 +110,41 @@ def test_run_mib_on_tiny_architectures(tmp_path):
         models, datasets, ["gim"], n_eval=6, search_paths=[str(tmp_path / "data")], batch_size=6, fractions=(0.1, 1.0)
     )
     st = status.set_index(["model", "dataset"]).status
-    for m in ("gpt2", "llama", "qwen2"):
+    for m in ("gpt2", "llama", "qwen2", "gemma2"):  # Gemma-2's post-norms: MIB's convention
         for d in ("ioi", "arithmetic_addition", "copycolors_mcqa"):
             assert st[(paths[m], d)] == "ran"
         assert st[(paths[m], "arc_easy")] == "not run"
-    assert (status[status.model == paths["gemma2"]].status == "not run").all()
-    assert status[status.model == paths["gemma2"]].reason.str.contains("Gemma-2").all()
     assert (status[status.model == str(tmp_path / "absent")].status == "not run").all()
-    assert len(table) == 3 * 3 and table[["cpr", "cmd"]].notna().all().all()
+    assert len(table) == 4 * 3 and table[["cpr", "cmd"]].notna().all().all()
     full = curves[curves.fraction == 1.0]
     assert (full.faithfulness - 1).abs().max() < 1e-3
+
+
+def test_one_failing_pair_costs_its_row_not_the_others(tmp_path, monkeypatch):
+    from selfrepair.core.models import model_identity
+    from selfrepair.gim import localization
+
+    short = tmp_path / "models" / "short"
+    save_model(build_gpt2_toy(gpt2_toy_config(len(VOCAB), 1, 2, 16, 32, n_ctx=6), seed=1, positional=True), short)
+    save_word_tokenizer(short, VOCAB)
+    _datasets(tmp_path / "data")
+    localize = localization.localize
+
+    def fails_on_mcqa(bridge, data, method, *a, **k):
+        if data.clean.shape[1] == 6:  # copycolors_mcqa's pairs: 6 words
+            raise RuntimeError("simulated failure")
+        return localize(bridge, data, method, *a, **k)
+
+    monkeypatch.setattr(localization, "localize", fails_on_mcqa)
+    status, table, _ = run_mib(
+        [str(short)], ["ioi", "arithmetic_addition", "copycolors_mcqa"], ["eap"], n_eval=4,
+        search_paths=[str(tmp_path / "data")], batch_size=4, fractions=(0.5, 1.0),
+    )  # fmt: skip
+    st = status.set_index("dataset")
+    assert st.loc["ioi", "reason"] == (
+        f"MIB ioi's pairs are 7 tokens long, longer than {short}'s context of 6 tokens (n_ctx)"
+    )
+    assert st.loc["copycolors_mcqa", "reason"] == "failed: RuntimeError: simulated failure"
+    assert st.loc["arithmetic_addition", "status"] == "ran"  # 3 words fit
+    assert (status.folder == str(short)).all() and (status.identity == model_identity(short)).all()
+    assert list(table.task) == ["arithmetic_addition"] and list(table.identity) == [model_identity(short)]

@@ -4,6 +4,7 @@ machine: IOI with GPT-2 small's documented heads, wake-up across model sizes, in
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,21 @@ import pandas as pd
 from selfrepair.coax import induction_experiment, ioi_experiment
 from selfrepair.coax.score import IOI_AUC_CLAIMS, ioi_summary, scan, wake_up_curve
 from selfrepair.core.components import head_components, parse
-from selfrepair.core.models import CorruptCheckpoint, ModelNotFound, load_bridge
+from selfrepair.core.models import (
+    ContextTooShort,
+    CorruptCheckpoint,
+    ModelNotFound,
+    WeightsChanged,
+    check_context,
+    load_bridge,
+    model_identity,
+    resolve_local,
+)
+from selfrepair.core.progress import Progress
 from selfrepair.core.published import Holds
 from selfrepair.tasks import ioi
+
+log = logging.getLogger(__name__)
 
 IOI_CLAIMS = list(IOI_AUC_CLAIMS) + [
     "ioi_top20_hits",
@@ -54,156 +67,219 @@ def _ioi_heads_for(bridge, prompts, heads, n_primary=3, backup_frac=0.2, max_row
     return p, b, "brute force"
 
 
-def run_real_models(
-    real: dict, ioi_cfg: dict, ind_cfg: dict, protocol: str, top_r: int, out_dir, device="cpu", max_rows: int = 2048
-) -> pd.DataFrame:
-    """Paper B's rules on the papers' own models, each loaded offline if present.
+STATUS_COLUMNS = ["model", "experiment", "status", "reason", "claims", "folder", "identity"]
 
-    Writes tables under ``out_dir`` (same formats as the toy tables) and returns the
-    status table: model, experiment, status ('ran' | 'not run'), reason, claims.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    cache: dict = {}
 
-    def fit_rows(b, length):  # keep one forward's logits under ~1 GB (50k-token vocabularies)
-        return max(1, min(max_rows, int(2.5e8 // (length * int(b.cfg.d_vocab)))))
+def _fit_rows(bridge, length: int, max_rows: int) -> int:
+    """Rows per forward that keep one forward's logits under ~1 GB (50k-token vocabularies)."""
+    return max(1, min(max_rows, int(2.5e8 // (length * int(bridge.cfg.d_vocab)))))
 
-    def boot(name):
-        if name not in cache:
+
+class _Models:
+    """Each real model booted once, offline; a model that cannot be booted is remembered
+    with its error. ``where(name)`` is the folder and identity hash of a booted model."""
+
+    def __init__(self, search_paths, device):
+        self.search_paths, self.device = list(search_paths or []), device
+        self.cache: dict = {}
+        self.info: dict = {}
+
+    def boot(self, name):
+        if name not in self.cache:
             try:
-                cache[name] = load_bridge(name, device, real.get("search_paths") or [])
+                folder = resolve_local(name, self.search_paths)
+                bridge = load_bridge(folder, self.device)
+                self.info[name] = (str(folder), model_identity(folder))
+                n_par = sum(p.numel() for p in bridge.original_model.parameters())
+                log.info(
+                    "model %s: folder %s, identity %s, %s, %d layers x %d heads, d_model %d, %.1fM parameters, "
+                    "context %d tokens",
+                    name, folder, self.info[name][1], type(bridge.original_model).__name__, bridge.cfg.n_layers,
+                    bridge.cfg.n_heads, bridge.cfg.d_model, n_par / 1e6, bridge.cfg.n_ctx,
+                )  # fmt: skip
+                self.cache[name] = bridge
             except (ModelNotFound, CorruptCheckpoint) as err:
-                cache[name] = err
-        return cache[name]
+                self.cache[name] = err
+        if isinstance(self.cache[name], Exception):
+            raise self.cache[name]
+        return self.cache[name]
 
-    # IOI on GPT-2 small (documented heads)
-    name = real["ioi_model"]
-    b = boot(name)
-    if isinstance(b, Exception):
-        rows.append(
-            {
-                "model": name,
-                "experiment": "ioi",
-                "status": "not run",
-                "reason": f"not run: {b}",
-                "claims": " ".join(IOI_CLAIMS),
-            }
-        )
-    else:
-        heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
-        parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
-        truth_prompts = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], 5).to(device)
-        mr = fit_rows(b, truth_prompts.tokens.shape[1])
+    def where(self, name) -> tuple[str, str]:
+        return self.info.get(name, ("", ""))
+
+    def drop(self, name) -> None:
+        """Free a model no later experiment needs (GPT-2 large is 3 GB in fp32)."""
+        if not isinstance(self.cache.get(name), Exception):
+            self.cache.pop(name, None)
+
+
+def _attempt(rows: list, models: _Models, name: str, experiment: str, claims: list[str], run) -> bool:
+    """Run one model x experiment; its status row either way. A failure (weights absent,
+    prompts longer than the context, an error inside) is a 'not run' row with the reason,
+    and the other models' and experiments' results are kept. An edited model folder
+    (WeightsChanged) is not turned into a row: it stops the job."""
+    try:
+        reason, ok = run(), True
+    except WeightsChanged:
+        raise
+    except (ModelNotFound, CorruptCheckpoint, ContextTooShort) as err:
+        reason, ok = f"not run: {err}", False
+        log.info("%s %s not run: %s", name, experiment, err)
+    except Exception as err:  # one model's failure must not lose the others' tables
+        reason, ok = f"not run: failed: {type(err).__name__}: {err}", False
+        log.exception("%s %s failed; its status row says so and the other parts go on", name, experiment)
+    folder, identity = models.where(name)
+    rows.append(
+        {
+            "model": name,
+            "experiment": experiment,
+            "status": "ran" if ok else "not run",
+            "reason": reason,
+            "claims": " ".join(claims),
+            "folder": folder,
+            "identity": identity,
+        }
+    )
+    return ok
+
+
+def _prompts(bridge, name: str, real: dict, seed: int, device):
+    pr = ioi.gpt2_prompts(bridge.tokenizer, real["n_prompts"], seed, style=real.get("prompt_style", "authors"))
+    check_context(bridge, pr.tokens.shape[1], "the IOI prompts", name)
+    return pr.to(device)
+
+
+def _run_ioi(b, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows, every) -> str:
+    heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
+    parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
+    truth_prompts = _prompts(b, name, real, 5, device)
+    mr = _fit_rows(b, truth_prompts.tokens.shape[1], max_rows)
+    seeds = list(real["data_seeds"])
+    with Progress(name, "ioi", len(seeds), every) as prog:
+        prog.watch(b)
         prim, back, how = _ioi_heads_for(b, truth_prompts, heads, ioi_cfg["n_primary"], ioi_cfg["backup_frac"], mr)
-        for ds in real["data_seeds"]:
-            pr = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], ds).to(device)
-            res = ioi_experiment.run_ioi(
-                b,
-                pr,
-                heads,
-                prim,
-                back,
-                protocol,
-                top_r,
-                ioi_cfg["top_k"],
-                ioi_cfg["k_recovered"] or len(back),
-                ioi_cfg["wake_min"],
-                ioi_cfg["ig_steps"],
-                mr,
-                ioi_cfg["amp_eps"],
-            )
+        for ds in seeds:
+            with prog.stage(f"data seed {ds}"):
+                pr = _prompts(b, name, real, ds, device)
+                res = ioi_experiment.run_ioi(
+                    b, pr, heads, prim, back, protocol, top_r, ioi_cfg["top_k"],
+                    ioi_cfg["k_recovered"] or len(back), ioi_cfg["wake_min"], ioi_cfg["ig_steps"], mr,
+                    ioi_cfg["amp_eps"],
+                )  # fmt: skip
             for k in parts:
                 t = res[k].copy()
                 t.insert(0, "data_seed", ds)
                 t.insert(0, "model_seed", 0)
                 parts[k].append(t)
-        cat = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
-        ioi_summary(cat["discovery"]).to_csv(out_dir / "ioi_summary.csv", index=False)
-        for k, t in cat.items():
-            t.to_csv(out_dir / f"ioi_{k}.csv", index=False)
-        rows.append(
-            {
-                "model": name,
-                "experiment": "ioi",
-                "status": "ran",
-                "reason": f"heads: {how}; primaries {' '.join(h.name for h in prim)}",
-                "claims": " ".join(IOI_CLAIMS),
-            }
-        )
+    cat = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
+    ioi_summary(cat["discovery"]).to_csv(out_dir / "ioi_summary.csv", index=False)
+    for k, t in cat.items():
+        t.to_csv(out_dir / f"ioi_{k}.csv", index=False)
+    return f"heads: {how}; primaries {' '.join(h.name for h in prim)}"
 
-    # wake-up across model sizes
-    wake_rows, missing = [], []
-    for name in real["wakeup_models"]:
-        b = boot(name)
-        if isinstance(b, Exception):
-            missing.append(f"{name}: {b}")
-            continue
-        heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
-        pr = ioi.gpt2_prompts(b.tokenizer, real["n_prompts"], 21).to(device)
-        mr = fit_rows(b, pr.tokens.shape[1])
-        drops = ioi_experiment.ablation_drops(b, pr, [[h] for h in heads], max_rows=mr)
+
+def _run_wakeup(b, name, real, ioi_cfg, protocol, top_r, device, max_rows, every) -> pd.DataFrame:
+    heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
+    pr = _prompts(b, name, real, 21, device)
+    mr = _fit_rows(b, pr.tokens.shape[1], max_rows)
+    with Progress(name, "wakeup", 3, every) as prog:
+        prog.watch(b)
+        with prog.stage("single ablations"):
+            drops = ioi_experiment.ablation_drops(b, pr, [[h] for h in heads], max_rows=mr)
         order = sorted(range(len(heads)), key=lambda i: -drops[i])
         prim = [heads[i] for i in order[: ioi_cfg["n_primary"]]]
         cands = [h for h in heads if h not in prim]
-        sc = scan(b, pr.tokens, cands, prim, protocol, top_r, max_rows=mr)
+        with prog.stage("COAX scan"):
+            sc = scan(b, pr.tokens, cands, prim, protocol, top_r, max_rows=mr)
         watch_names = list(sc.table.sort_values("comp", ascending=False)["unit"].head(8))
         rng = np.random.default_rng(0)
         rand = [cands[i] for i in rng.choice(len(cands), min(8, len(cands)), replace=False)]
         watch = [h for h in cands if h.name in watch_names]
-        wc = wake_up_curve(
-            b, pr.tokens, prim, watch + [h for h in rand if h not in watch], positions=[pr.tokens.shape[1] - 1]
-        )
-        wc["group"] = wc["unit"].map(lambda u: "coax_top8" if u in watch_names else "random")
-        wc.insert(0, "model", name)
-        wake_rows.append(wc)
+        with prog.stage("wake-up curve"):
+            wc = wake_up_curve(
+                b, pr.tokens, prim, watch + [h for h in rand if h not in watch], positions=[pr.tokens.shape[1] - 1]
+            )
+    wc["group"] = wc["unit"].map(lambda u: "coax_top8" if u in watch_names else "random")
+    wc.insert(0, "model", name)
+    return wc
+
+
+def _run_induction(b, name, real, ind_cfg, top_r, max_rows, every) -> dict:
+    T = int(real["induction_T"])
+    check_context(b, 2 * T + 5, "the induction prompts", name)
+    with Progress(name, "induction", 1, every) as prog:
+        prog.watch(b)
+        with prog.stage("ablation sets"):
+            res = induction_experiment.run_induction(
+                b, (T, T + 2), min(int(b.cfg.d_vocab), 20_000), ind_cfg["n_prompts"], ind_cfg["data_seed"],
+                ind_cfg["ks"], ind_cfg["n_primary"], ind_cfg["n_random"], ind_cfg["protocol"], top_r,
+                _fit_rows(b, 2 * T + 5, max_rows),
+            )  # fmt: skip
+    return res["sets"]
+
+
+def run_real_models(
+    real: dict,
+    ioi_cfg: dict,
+    ind_cfg: dict,
+    protocol: str,
+    top_r: int,
+    out_dir,
+    device="cpu",
+    max_rows: int = 2048,
+    every: float = 30.0,
+) -> pd.DataFrame:
+    """Paper B's rules on the papers' own models, each loaded offline if present.
+
+    Writes tables under ``out_dir`` (same formats as the toy tables) and returns the
+    status table (:data:`STATUS_COLUMNS`): one row per model x experiment, 'ran' or
+    'not run' with the reason, the claims it bears on, and the model's folder and
+    identity hash (:func:`models.model_identity`), so a real model's numbers can be told
+    from a stand-in's. One model x experiment that fails costs its row, not the others'
+    tables. Long parts log their progress every ``every`` seconds (:class:`Progress`).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list = []
+    models = _Models(real.get("search_paths"), device)
+    later = [real["ioi_model"], *real["wakeup_models"], *real["induction_models"]]
+
+    def done_with(name, position):
+        if name not in later[position + 1 :]:
+            models.drop(name)
+
+    name = real["ioi_model"]
+    _attempt(
+        rows, models, name, "ioi", IOI_CLAIMS,
+        lambda: _run_ioi(models.boot(name), name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows, every),
+    )  # fmt: skip
+    done_with(name, 0)
+
+    wake_rows = []
+    for i, name in enumerate(real["wakeup_models"]):
+
+        def wake(name=name):
+            wake_rows.append(
+                _run_wakeup(models.boot(name), name, real, ioi_cfg, protocol, top_r, device, max_rows, every)
+            )
+            return f"{len(wake_rows[-1])} wake-up rows"
+
+        _attempt(rows, models, name, "wakeup", WAKEUP_CLAIMS, wake)
+        done_with(name, 1 + i)
     if wake_rows:
         pd.concat(wake_rows, ignore_index=True).to_csv(out_dir / "wakeup_models.csv", index=False)
-    rows.append(
-        {
-            "model": " ".join(real["wakeup_models"]),
-            "experiment": "wakeup",
-            "status": "ran" if not missing else "not run",
-            "reason": "" if not missing else "not run: " + "; ".join(missing),
-            "claims": " ".join(WAKEUP_CLAIMS),
-        }
-    )
 
-    # induction on the papers' models
-    ind_tabs, missing = {}, []
-    T = int(real["induction_T"])
-    for name in real["induction_models"]:
-        b = boot(name)
-        if isinstance(b, Exception):
-            missing.append(f"{name}: {b}")
-            continue
-        vocab = min(int(b.cfg.d_vocab), 20_000)
-        res = induction_experiment.run_induction(
-            b,
-            (T, T + 2),
-            vocab,
-            ind_cfg["n_prompts"],
-            ind_cfg["data_seed"],
-            ind_cfg["ks"],
-            ind_cfg["n_primary"],
-            ind_cfg["n_random"],
-            ind_cfg["protocol"],
-            top_r,
-            fit_rows(b, 2 * T + 5),
-        )
-        ind_tabs[name] = res["sets"]
+    ind_tabs = {}
+    for i, name in enumerate(real["induction_models"]):
+
+        def induction(name=name):
+            ind_tabs[name] = _run_induction(models.boot(name), name, real, ind_cfg, top_r, max_rows, every)
+            return f"{len(ind_tabs[name])} ablation sets"
+
+        _attempt(rows, models, name, "induction", INDUCTION_CLAIMS, induction)
+        done_with(name, 1 + len(real["wakeup_models"]) + i)
     if ind_tabs:
         induction_experiment.ratio_table(ind_tabs).to_csv(out_dir / "induction.csv", index=False)
-    rows.append(
-        {
-            "model": " ".join(real["induction_models"]),
-            "experiment": "induction",
-            "status": "ran" if not missing else "not run",
-            "reason": "" if not missing else "not run: " + "; ".join(missing),
-            "claims": " ".join(INDUCTION_CLAIMS),
-        }
-    )
     rows.append(
         {
             "model": "gpt2 ... 7B",
@@ -211,9 +287,23 @@ def run_real_models(
             "status": "not run",
             "reason": f"not run: {PRUNING_NOT_RUN}",
             "claims": " ".join(PRUNING_CLAIMS),
+            "folder": "",
+            "identity": "",
         }
     )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=STATUS_COLUMNS)
+
+
+def model_files(status: pd.DataFrame) -> dict:
+    """{claim id: 'model at folder (identity ...)'} for the claims measured on real
+    models that ran: which model files produced each real-model number."""
+    out: dict = {}
+    for _, r in status.fillna("").iterrows():
+        if r["status"] != "ran" or not r.get("folder"):
+            continue
+        for cid in str(r["claims"]).split():
+            out.setdefault(cid, []).append(f"{r['model']} at {r['folder']} (identity {r['identity']})")
+    return {k: "; ".join(dict.fromkeys(v)) for k, v in out.items()}
 
 
 def real_tables(folder) -> dict:

@@ -290,3 +290,39 @@ def read_meta(folder: str | Path) -> dict:
         return json.loads(f.read_text())
     except json.JSONDecodeError as err:
         raise CorruptCheckpoint(f"{f} is not valid JSON: {err}") from err
+
+
+def model_identity(folder: str | Path) -> str:
+    """A model folder's identity: the SHA-256 (first 16 hex digits) of its ``config.json``
+    and of every weights file, by name, read in full (a few seconds for GPT-2 small, about
+    a minute for 8B parameters). Two folders with the same identity hold the same model;
+    a real model and a random-weight stand-in of its configuration never share one."""
+    import hashlib
+
+    folder = Path(folder)
+    total = hashlib.sha256()
+    files = [folder / "config.json"] + sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
+    for f in files:
+        if not f.exists():
+            continue
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 23), b""):
+                h.update(block)
+        total.update(f"{f.name}\0{h.hexdigest()}\n".encode())
+    return total.hexdigest()[:16]
+
+
+class ContextTooShort(ValueError):
+    """Inputs are longer than the model's context window."""
+
+
+def check_context(bridge, length: int, what: str, model: str = "") -> None:
+    """Refuse, before any forward pass, inputs of ``length`` tokens that the model's
+    context (``cfg.n_ctx``) cannot hold: ContextTooShort naming both lengths."""
+    n_ctx = getattr(bridge.cfg, "n_ctx", None)
+    if n_ctx is not None and int(length) > int(n_ctx):
+        name = f"{model}'s" if model else "the model's"
+        raise ContextTooShort(
+            f"{what} are {int(length)} tokens long, longer than {name} context of {int(n_ctx)} tokens (n_ctx)"
+        )

@@ -172,7 +172,8 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
             "MIB models present locally, mean CPR over "
             f"{len(pairs)} (model, dataset) pairs: "
             + ", ".join(f"{k} {v:.3f}" for k, v in m.items())
-            + " (Hybrid-ens is not implemented here)",
+            + " (Hybrid-ens is not implemented here)"
+            + _model_files(mib),
         )
     if {"gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm"} <= set(df.method):
         unit = ["task", "model"] + (["seed"] if "seed" in df else [])
@@ -218,13 +219,50 @@ def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=No
 
 
 # ---------------------------------------------------------------- MIB ------------
+def _model_files(mib: pd.DataFrame) -> str:
+    """'; model files: gpt2 (identity ...), ...': which model files produced the MIB numbers."""
+    if "identity" not in mib:
+        return ""
+    ids = mib[["model", "identity"]].drop_duplicates()
+    return "; model files: " + ", ".join(f"{m} (identity {i})" for m, i in zip(ids.model, ids.identity))
+
+
 def check_supported(bridge) -> None:
-    """Edge patching needs each head's output to reach the residual stream additively."""
-    if any(".ln1_post." in n or ".ln2_post." in n for n in bridge.hook_dict):
+    """Edge patching needs every node's output to reach the residual stream additively,
+    except heads behind a post-attention norm (Gemma-2), patched by MIB's convention
+    (:func:`evaluate.patched`: the norm recomputed on the mixed sum of a layer's heads).
+
+    NotImplementedError, naming the layer, when a post-norm is not where that convention
+    and the node hooks assume it (:mod:`selfrepair.gim.hooks`): the post-attention norm's
+    output must be ``hook_attn_out`` and its input hookable; behind a post-MLP norm the MLP
+    node (``hook_mlp_out``) must be the norm's output, or MLP edges would not add up."""
+    hd = bridge.hook_dict
+    with_norm = [any(n.startswith(f"blocks.{layer}.ln1_post.") for n in hd) for layer in range(bridge.cfg.n_layers)]
+    if any(with_norm) and not all(with_norm):
         raise NotImplementedError(
-            "post-attention/post-MLP normalization (Gemma-2): per-head outputs do not add into the "
-            "residual stream, so MIB edges cannot be patched exactly on this bridge"
+            f"post-attention normalization in some layers only ({sum(with_norm)} of {len(with_norm)}): "
+            "not supported by the edge patching on this bridge"
         )
+    for layer in range(bridge.cfg.n_layers):
+        pre = f"blocks.{layer}."
+        if with_norm[layer]:
+            norm = getattr(bridge.blocks[layer], "ln1_post", None)
+            if (
+                hd.get(pre + "hook_attn_out") is not hd.get(pre + "ln1_post.hook_out")
+                or pre + "ln1_post.hook_in" not in hd
+                or getattr(norm, "original_component", None) is None
+            ):
+                raise NotImplementedError(
+                    f"post-attention normalization in layer {layer}: hook_attn_out is not the output of a "
+                    "hookable ln1_post, so heads cannot be patched by MIB's convention (norm recomputed on "
+                    "the mixed head sum) on this bridge"
+                )
+        if any(n.startswith(pre + "ln2_post.") for n in hd):
+            if hd.get(pre + "hook_mlp_out") is not hd.get(pre + "ln2_post.hook_out"):
+                raise NotImplementedError(
+                    f"post-MLP normalization in layer {layer}: hook_mlp_out is not ln2_post's output, so the "
+                    "MLP node's output does not add into the residual stream and its edges cannot be patched"
+                )
 
 
 def _model_tokenizer(model: str, search_paths, bridge):
@@ -240,6 +278,9 @@ def _model_tokenizer(model: str, search_paths, bridge):
     return bridge.tokenizer
 
 
+MIB_STATUS_COLUMNS = ["model", "dataset", "status", "reason", "folder", "identity"]
+
+
 def run_mib(
     models: list[str],
     datasets: list[str],
@@ -251,47 +292,90 @@ def run_mib(
     fractions=FRACTIONS,
     device: str = "cpu",
     eactp_max_edges: int = EACTP_MAX_EDGES,
+    every: float = 30.0,
 ):
     """MIB's circuit localization on every (model, dataset) present locally.
 
-    Returns (status DataFrame: model, dataset, status, reason; localization rows;
-    curves). Absent weights or datasets give status 'not run' with the reason; a
-    method skipped for the graph's size (:func:`too_large`) is named in the reason.
+    Returns (status DataFrame, :data:`MIB_STATUS_COLUMNS`; localization rows; curves).
+    Absent weights or datasets, pairs longer than the model's context, and any error
+    while one (model, dataset) runs give that pair a 'not run' row with the reason; the
+    other pairs' results are kept. A method skipped for the graph's size
+    (:func:`too_large`) is named in the reason. Each row of a model that was found names
+    its folder and identity hash (:func:`models.model_identity`); the progress of each
+    (model, dataset) is logged every ``every`` seconds, one stage per method.
     """
+    import logging
+
     import pandas as pd
 
-    from selfrepair.core.models import CorruptCheckpoint, ModelNotFound, load_bridge
+    from selfrepair.core.models import (
+        CorruptCheckpoint,
+        ModelNotFound,
+        WeightsChanged,
+        check_context,
+        load_bridge,
+        model_identity,
+        resolve_local,
+    )
+    from selfrepair.core.progress import Progress
     from selfrepair.tasks import mib
 
+    log = logging.getLogger(__name__)
     status, rows, curves = [], [], []
     for model in models:
+        where = {"folder": "", "identity": ""}
         try:
-            bridge = load_bridge(model, device, search_paths)
+            folder = resolve_local(model, search_paths)
+            bridge = load_bridge(folder, device)
+            where = {"folder": str(folder), "identity": model_identity(folder)}
+            log.info("MIB model %s: folder %s, identity %s", model, where["folder"], where["identity"])
             check_supported(bridge)
+            tokenizer = _model_tokenizer(model, search_paths, bridge)
+        except WeightsChanged:
+            raise
         except (ModelNotFound, CorruptCheckpoint, NotImplementedError) as err:
-            status += [{"model": model, "dataset": d, "status": "not run", "reason": str(err)} for d in datasets]
+            status += [
+                {"model": model, "dataset": d, "status": "not run", "reason": str(err), **where} for d in datasets
+            ]
             continue
-        tokenizer = _model_tokenizer(model, search_paths, bridge)
+        except Exception as err:  # a model that cannot be booted costs its rows, not the other models'
+            log.exception("MIB model %s cannot be prepared; its rows say so and the other models go on", model)
+            reason = f"failed: {type(err).__name__}: {err}"
+            status += [{"model": model, "dataset": d, "status": "not run", "reason": reason, **where} for d in datasets]
+            continue
+        n_edges = Graph.from_bridge(bridge).n_edges
         for d in datasets:
             try:
                 data = mib.load(d, tokenizer, n_eval, search_paths)
-            except (mib.DatasetNotFound, ValueError) as err:
-                status.append({"model": model, "dataset": d, "status": "not run", "reason": str(err)})
+                check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
+            except (mib.DatasetNotFound, ValueError) as err:  # ContextTooShort is a ValueError
+                status.append({"model": model, "dataset": d, "status": "not run", "reason": str(err), **where})
                 continue
-            skipped = []
-            for method in methods:
-                why = too_large(method, Graph.from_bridge(bridge).n_edges, eactp_max_edges)
-                if why:
-                    skipped.append(why)
-                    continue
-                _, _, curve, summary = localize(bridge, data, method, fractions, batch_size, ig_steps)
-                rows.append({"task": d, "model": model, **summary})
-                curves.append(curve.assign(task=d, model=model))
+            skipped, got_rows, got_curves = [], [], []
+            try:
+                run = [m for m in methods if not too_large(m, n_edges, eactp_max_edges)]
+                skipped = [too_large(m, n_edges, eactp_max_edges) for m in methods if m not in run]
+                with Progress(model, f"MIB {d}", max(1, len(run)), every) as prog:
+                    prog.watch(bridge)
+                    for method in run:
+                        with prog.stage(method):
+                            _, _, curve, summary = localize(bridge, data, method, fractions, batch_size, ig_steps)
+                        got_rows.append({"task": d, "model": model, **summary, "identity": where["identity"]})
+                        got_curves.append(curve.assign(task=d, model=model))
+            except WeightsChanged:
+                raise
+            except Exception as err:  # one pair's failure must not lose the others' results
+                log.exception("MIB %s on %s failed; its status row says so and the other pairs go on", d, model)
+                reason = f"failed: {type(err).__name__}: {err}"
+                status.append({"model": model, "dataset": d, "status": "not run", "reason": reason, **where})
+                continue
+            rows += got_rows
+            curves += got_curves
             reason = "; ".join([f"{len(data)} pairs"] + skipped)
-            status.append({"model": model, "dataset": d, "status": "ran", "reason": reason})
-    cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty"]
+            status.append({"model": model, "dataset": d, "status": "ran", "reason": reason, **where})
+    cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty", "identity"]
     return (
-        pd.DataFrame(status, columns=["model", "dataset", "status", "reason"]),
+        pd.DataFrame(status, columns=MIB_STATUS_COLUMNS),
         pd.DataFrame(rows, columns=cols),
         pd.concat(curves) if curves else pd.DataFrame(),
     )
