@@ -10,6 +10,7 @@ from snakemake.utils import validate
 SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
 _sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from selfrepair.core import numerics as _numerics  # noqa: E402  imports no torch
+from selfrepair.core import local_files as _local_files  # noqa: E402  imports no torch
 
 
 def check_config(section, schema_name, where):

@@ -397,6 +397,10 @@ rule gim_mib:
         models=GIM["mib"]["models"],
         datasets=GIM["mib"]["datasets"],
         search_paths=GIM["mib"]["search_paths"],
+        # what of MIB's models and datasets is on this machine: the job reruns when they arrive or change
+        local=lambda w: _local_files.presence(
+            GIM["mib"]["models"], GIM["mib"]["datasets"], GIM["mib"]["search_paths"]
+        ),
         n_eval=GIM["mib"]["n_eval"],
         batch_size=GIM["mib"]["batch_size"],
         methods=GIM["methods"],

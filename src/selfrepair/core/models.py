@@ -246,24 +246,19 @@ def load_hf(folder: str | Path, device: str = "cpu"):
 
 def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> Path:
     """A local folder for a model: an existing path, a folder under ``search_paths``, or
-    the Hugging Face cache's snapshot. Never downloads; ModelNotFound otherwise."""
-    p = Path(name_or_path).expanduser()
-    if p.is_dir():
-        return p
-    for base in search_paths or []:
-        q = Path(base).expanduser() / name_or_path
-        if q.is_dir():
-            return q
-    try:
-        from huggingface_hub import snapshot_download
+    the Hugging Face cache's snapshot (:func:`local_files.find_model`). Never downloads;
+    ModelNotFound otherwise."""
+    from selfrepair.core.local_files import find_model
 
-        return Path(snapshot_download(name_or_path, local_files_only=True))
-    except Exception as err:
+    found = find_model(str(name_or_path), search_paths)
+    if found is None:
+        p = Path(name_or_path).expanduser()
         where = ", ".join([str(p)] + [str(Path(b) / name_or_path) for b in search_paths or []])
         raise ModelNotFound(
             f"weights not found for {name_or_path!r} (looked at {where} and the local Hugging "
-            f"Face cache; nothing is downloaded): {type(err).__name__}"
-        ) from err
+            "Face cache; nothing is downloaded)"
+        )
+    return found
 
 
 def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None):

@@ -46,20 +46,17 @@ class DatasetNotFound(FileNotFoundError):
 
 
 def resolve_dataset(name: str, search_paths: list[str] | None = None) -> Path:
-    """A local folder for MIB dataset ``name``: under ``search_paths``, or the hub cache."""
-    for base in search_paths or []:
-        for cand in (Path(base).expanduser() / name, Path(base).expanduser() / f"mib-bench__{name}"):
-            if cand.is_dir():
-                return cand
-    try:
-        from huggingface_hub import snapshot_download
+    """A local folder for MIB dataset ``name``: under ``search_paths``, or the hub cache
+    (:func:`local_files.find_dataset`); DatasetNotFound otherwise (nothing is downloaded)."""
+    from selfrepair.core.local_files import find_dataset
 
-        return Path(snapshot_download(f"mib-bench/{name}", repo_type="dataset", local_files_only=True))
-    except Exception as err:
+    found = find_dataset(name, search_paths)
+    if found is None:
         raise DatasetNotFound(
             f"MIB dataset {name!r} not found under {search_paths or []} nor in the local Hugging Face cache "
-            f"(nothing is downloaded): {type(err).__name__}"
-        ) from err
+            "(nothing is downloaded)"
+        )
+    return found
 
 
 def read_rows(folder: Path, split: str | None = None) -> pd.DataFrame:

@@ -1,0 +1,74 @@
+"""Where a model's weights or a MIB dataset lie on this machine, found without torch and
+without a download: a path, a folder under a search path, or the local Hugging Face cache.
+
+``presence`` summarizes what is there (file names, sizes and modification times) in one
+string. The real-model rules (``coax_real``, ``gim_mib``) take it as a parameter, so a
+run whose models were absent reruns once their weights (or a dataset) arrive, or when
+they change, instead of keeping its cached "not run".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODEL_FILES = ("config.json", "*.safetensors", "pytorch_model*.bin", "tokenizer.json", "tokenizer_config.json")
+DATASET_FILES = ("*.parquet", "*.jsonl", "*.json")
+
+
+def _hub_snapshot(repo_id: str, repo_type: str | None = None) -> Path | None:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, repo_type=repo_type, local_files_only=True))
+    except Exception:  # not in the cache (or no hub library): absent
+        return None
+
+
+def find_model(name_or_path: str, search_paths=None) -> Path | None:
+    """The local folder of a model (an existing path, ``<search path>/<name>``, or the
+    Hugging Face cache's snapshot), or None."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        return p
+    for base in search_paths or []:
+        q = Path(base).expanduser() / name_or_path
+        if q.is_dir():
+            return q
+    return _hub_snapshot(name_or_path)
+
+
+def find_dataset(name: str, search_paths=None) -> Path | None:
+    """The local folder of MIB dataset ``name`` (``<search path>/<name>`` or
+    ``<search path>/mib-bench__<name>``, or the cache's ``mib-bench/<name>``), or None."""
+    for base in search_paths or []:
+        for cand in (Path(base).expanduser() / name, Path(base).expanduser() / f"mib-bench__{name}"):
+            if cand.is_dir():
+                return cand
+    return _hub_snapshot(f"mib-bench/{name}", repo_type="dataset")
+
+
+def _files(folder: Path, patterns, recursive: bool = False) -> list[str]:
+    out = []
+    for pat in patterns:
+        for f in sorted(folder.rglob(pat) if recursive else folder.glob(pat)):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            out.append(f"{f.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}")
+    return out
+
+
+def presence(models=(), datasets=(), search_paths=None) -> str:
+    """One line per model and dataset: where it is and its files' sizes and modification
+    times, or 'absent'. Equal strings: nothing a real-model rule reads has come or gone."""
+    lines = []
+    for m in models:
+        f = find_model(str(m), search_paths)
+        lines.append(f"model {m}: " + (f"{f} " + " ".join(_files(f, MODEL_FILES)) if f else "absent"))
+    for d in datasets:
+        f = find_dataset(str(d), search_paths)
+        lines.append(
+            f"dataset {d}: " + (f"{f} " + " ".join(_files(f, DATASET_FILES, recursive=True)) if f else "absent")
+        )
+    return "\n".join(lines)
