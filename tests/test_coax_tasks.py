@@ -400,3 +400,17 @@ def test_one_failing_model_costs_its_row_not_the_others(tiny_real_models, tmp_pa
         f"{m} at {tiny_real_models / m} (identity {models.model_identity(tiny_real_models / m)})"
         for m in ("tiny-gpt2", "tiny-llama")
     )
+
+
+def test_induction_progress_plan_is_the_rows_it_runs(tiny_real_models, caplog):
+    import logging
+    import re
+
+    ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
+    b = real_models.load_bridge(tiny_real_models / "tiny-llama")
+    with caplog.at_level(logging.INFO, logger="selfrepair.progress"):
+        real_models._run_induction(b, "tiny-llama", {"induction_T": 6}, ind_cfg, 16, 2048, 1000.0)
+    done = [m for m in caplog.messages if " done in " in m]
+    rows = int(re.search(r", (\d+) rows \(", done[0]).group(1))
+    # 8 heads, 2 primaries: 1 detection + 2 + 2 x 6 scan + 2 + 2 ks x 3 sets x 2, each over 8 prompts
+    assert rows == (1 + 2 + 12 + 2 + 12) * 8

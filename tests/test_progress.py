@@ -42,6 +42,17 @@ def test_line_counts_forwards_and_estimates_the_rest_from_finished_stages():
     ]
 
 
+def test_a_planned_stage_has_an_eta_before_any_stage_ends():
+    clock = Clock()
+    p = Progress("pythia-160m", "induction", 2, log=lambda s: None, clock=clock)
+    p._t0 = clock()
+    with p.stage("COAX scan", rows=100):
+        p.count(25)
+        clock.t += 10.0
+        # 75 rows left at 25 rows per 10 s
+        assert p.line().endswith("about 75 rows remaining in this stage, ETA 0m30s; 1 later stages not yet estimated")
+
+
 def test_watch_counts_every_pass_that_reaches_the_logits():
     from transformers import GPT2Config, GPT2LMHeadModel
 

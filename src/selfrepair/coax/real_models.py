@@ -184,12 +184,13 @@ def _run_wakeup(b, name, real, ioi_cfg, protocol, top_r, device, max_rows, every
     mr = _fit_rows(b, pr.tokens.shape[1], max_rows)
     with Progress(name, "wakeup", 3, every) as prog:
         prog.watch(b)
-        with prog.stage("single ablations"):
+        n = pr.tokens.shape[0]
+        with prog.stage("single ablations", rows=(1 + len(heads)) * n):
             drops = ioi_experiment.ablation_drops(b, pr, [[h] for h in heads], max_rows=mr)
         order = sorted(range(len(heads)), key=lambda i: -drops[i])
         prim = [heads[i] for i in order[: ioi_cfg["n_primary"]]]
         cands = [h for h in heads if h not in prim]
-        with prog.stage("COAX scan"):
+        with prog.stage("COAX scan", rows=(2 + 2 * len(cands)) * n):  # the scan's 2 + 2|U| passes
             sc = scan(b, pr.tokens, cands, prim, protocol, top_r, max_rows=mr)
         watch_names = list(sc.table.sort_values("comp", ascending=False)["unit"].head(8))
         rng = np.random.default_rng(0)
@@ -209,7 +210,11 @@ def _run_induction(b, name, real, ind_cfg, top_r, max_rows, every) -> dict:
     check_context(b, 2 * T + 5, "the induction prompts", name)
     with Progress(name, "induction", 1, every) as prog:
         prog.watch(b)
-        with prog.stage("ablation sets"):
+        n_heads = int(b.cfg.n_layers) * int(b.cfg.n_heads)
+        # induction scores, the scan's 2 + 2|U| passes, the clean and primaries runs, and per k
+        # the COAX set and the random sets, alone and with the primaries
+        rows = 1 + 2 + 2 * (n_heads - ind_cfg["n_primary"]) + 2 + 2 * len(ind_cfg["ks"]) * (1 + ind_cfg["n_random"])
+        with prog.stage("detect, scan, ablation sets", rows=rows * ind_cfg["n_prompts"]):
             res = induction_experiment.run_induction(
                 b, (T, T + 2), min(int(b.cfg.d_vocab), 20_000), ind_cfg["n_prompts"], ind_cfg["data_seed"],
                 ind_cfg["ks"], ind_cfg["n_primary"], ind_cfg["n_random"], ind_cfg["protocol"], top_r,

@@ -53,6 +53,7 @@ class Progress:
         self.rows = 0  # the sequences those passes ran
         self.done: list[tuple[int, float]] = []  # (rows, seconds) of each finished stage
         self.current = ""
+        self.planned: int | None = None  # rows the current stage will run, when known
         self._stage_start = (0, 0.0)
         self._t0 = self.clock()
         self._hooks: list = []
@@ -76,8 +77,10 @@ class Progress:
         self._hooks.append(head.register_forward_hook(lambda _m, _i, out: self.count(_rows(out))))
 
     @contextmanager
-    def stage(self, name: str):
-        self.current = name
+    def stage(self, name: str, rows: int | None = None):
+        """One stage; ``rows``: the rows it will run when the caller knows them (a COAX
+        scan: 2 + 2|U| passes over the prompts), which gives an ETA before any stage ends."""
+        self.current, self.planned = name, rows
         self._stage_start = (self.rows, self.clock())
         self.log(f"{self.model} {self.experiment}: {name} started ({len(self.done) + 1}/{self.n_stages})")
         yield self
@@ -97,6 +100,14 @@ class Progress:
             + (f" ({self.current})" if self.current else "")
             + f", {self.forwards} forward passes of {self.rows} rows done in {_seconds(now - self._t0)}"
         )
+        in_stage, stage_s = self.rows - self._stage_start[0], now - self._stage_start[1]
+        if not self.done and self.planned and in_stage > 0:
+            remaining = max(0, int(self.planned) - in_stage)
+            later = f"; {left - 1} later stages not yet estimated" if left > 1 else ""
+            return (
+                head
+                + f"; about {remaining} rows remaining in this stage, ETA {_seconds(remaining * stage_s / in_stage)}{later}"
+            )
         if not self.done:
             return head + "; remaining: not known until the first stage ends"
         per_row = sum(s for _, s in self.done) / max(1, sum(f for f, _ in self.done))
