@@ -262,3 +262,21 @@ def test_published_claims_in_the_working_directory_are_used(tmp_path):
     (d / "config" / "published.yaml").rename(d / "claims.yaml")
     r = G.snakemake("-n", *G.tiny_args(d), "published=claims.yaml")
     assert "heroes_published" in r.stdout
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(tmp_path):
+    """A Llama config.json over GPT-2 weights: no checkpoint tensor fits, and transformers
+    would run a random Llama; refused, naming the folder and the first missing weights."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig
+
+    folder = tmp_path / "m"
+    GPT2LMHeadModel(GPT2Config(vocab_size=40, n_positions=16, n_embd=16, n_layer=1, n_head=2)).save_pretrained(folder)
+    models.load_hf(folder)  # as saved: loads
+    llama = LlamaConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    (folder / "config.json").write_text(json.dumps(llama.to_dict()))
+    with pytest.raises(models.CorruptCheckpoint) as err:
+        models.load_hf(folder)
+    msg = str(err.value)
+    assert msg.startswith(f"the weights in {folder} do not fit the architecture its config.json names: ")
+    assert "weights of LlamaForCausalLM are not in the checkpoint (first: lm_head.weight, " in msg
+    assert "checkpoint tensors are not LlamaForCausalLM's (first: transformer.h.0." in msg

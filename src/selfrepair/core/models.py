@@ -238,10 +238,44 @@ def load_hf(folder: str | Path, device: str = "cpu"):
     check_finite(folder)  # before the hash: an edit that put a NaN in is named by tensor
     check_unchanged(folder)
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+        model, info = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     except Exception as err:  # safetensors raises several types for a damaged file
         raise CorruptCheckpoint(f"cannot load the checkpoint in {folder}: {err}") from err
+    check_fits(folder, model, info)
     return model.to(device).eval()
+
+
+def check_fits(folder, model, info: dict) -> None:
+    """CorruptCheckpoint when the checkpoint's tensors do not fit the architecture its
+    ``config.json`` names: weights the model has but the checkpoint lacks (transformers
+    would leave them randomly initialized) or tensors of another shape. Tensors the model
+    does not use are logged, not refused (old checkpoints carry buffers such as GPT-2's
+    ``attn.bias``)."""
+    import logging
+
+    missing, mismatched = sorted(info.get("missing_keys") or []), sorted(info.get("mismatched_keys") or [])
+    unexpected = sorted(info.get("unexpected_keys") or [])
+    if missing or mismatched:
+        kind = type(model).__name__
+        parts = []
+        if missing:
+            parts.append(
+                f"{len(missing)} weights of {kind} are not in the checkpoint (first: {', '.join(missing[:3])})"
+            )
+        if mismatched:
+            parts.append(f"{len(mismatched)} have another shape (first: {', '.join(map(str, mismatched[:3]))})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} checkpoint tensors are not {kind}'s (first: {', '.join(unexpected[:3])})")
+        raise CorruptCheckpoint(
+            f"the weights in {folder} do not fit the architecture its config.json names: "
+            + "; ".join(parts)
+            + ". Loading would run random weights in their place; check config.json against the weights"
+        )
+    if unexpected:
+        logging.getLogger(__name__).warning(
+            "%s: %d checkpoint tensors are not used by %s (first: %s)",
+            folder, len(unexpected), type(model).__name__, ", ".join(unexpected[:3]),
+        )  # fmt: skip
 
 
 def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> Path:
