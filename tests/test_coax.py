@@ -127,7 +127,9 @@ def test_one_scan_costs_1_plus_2U_forward_passes_batched(tiny_gpt2):
         rows.append(x.shape[0])
         calls.append(1)
 
-    h = b.embed.register_forward_pre_hook(lambda mod, args, kwargs: count(mod, args, kwargs), with_kwargs=True)
+    # counted at the unembedding: the ablated runs resume from the intact run at their first
+    # ablated layer (interventions.Prefix), so they do not all pass the embedding
+    h = b.unembed.register_forward_pre_hook(lambda mod, args, kwargs: count(mod, args, kwargs), with_kwargs=True)
     try:
         units = head_components(2, 4)
         res = coax.scan(b, tokens, units, [units[5]], protocol="v1", top_r=8)
@@ -136,7 +138,8 @@ def test_one_scan_costs_1_plus_2U_forward_passes_batched(tiny_gpt2):
     U = len(units)
     assert sum(rows) / tokens.shape[0] == 1 + 2 * U  # S inside U: its cond pass is the S-alone pass
     assert res.forward_passes == 1 + 2 * U
-    assert len(calls) == 3  # clean, all singles in one batch, all conditionals in one batch
+    # clean; the singles and the S + u in one batch per first ablated layer (2 layers each); S alone
+    assert len(calls) == 6
     # S outside U: clean + |U| singles + S alone + |U| conditionals
     res2 = coax.scan(b, tokens, units[:3], [units[5]], protocol="v2")
     assert res2.forward_passes == 2 + 2 * 3

@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 
 from selfrepair.core.components import Component
-from selfrepair.core.interventions import make_hooks
+from selfrepair.core.interventions import Prefix, make_hooks
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 AMP_EPS = 1e-3  # amp_ratio_eps's eps as a share of the candidates' mean single energy
@@ -64,9 +64,12 @@ def _grads(
     scale: float = 1.0,
     drop_layer: int | None = None,
     ablate: Sequence[Component] = (),
+    logits_to_keep: int = 0,
 ):
     """z and dL/dz of every ``hook_z`` of ``layers`` (each [B, T, H, D]), with the
-    components ``ablate`` zero-ablated (their z is then 0, and so is their score)."""
+    components ``ablate`` zero-ablated (their z is then 0, and so is their score).
+    ``logits_to_keep`` = n > 0: the unembedding runs at the last n positions only and
+    ``metric`` gets those logits [B, n, V] (for a metric that reads only them)."""
     store: dict[str, torch.Tensor] = {}
 
     def keep(name):  # bound to the name asked for (the bridge reports aliases)
@@ -88,8 +91,8 @@ def _grads(
     if drop_layer is not None:
         hooks += [(f"blocks.{drop_layer}.hook_attn_out", drop), (f"blocks.{drop_layer}.hook_mlp_out", drop)]
     with torch.enable_grad():
-        logits = bridge.run_with_hooks(tokens, fwd_hooks=hooks)
-        value = metric(logits)
+        logits = bridge.run_with_hooks(tokens, fwd_hooks=hooks, **_keep(logits_to_keep))
+        value = metric(_kept(logits, logits_to_keep))
         names = list(store)
         grads = torch.autograd.grad(value, [store[n] for n in names], allow_unused=True)
     out = {}
@@ -97,6 +100,87 @@ def _grads(
         z = store[n].detach()
         out[n] = (z, torch.zeros_like(z) if g is None else g.detach())
     return out
+
+
+def _keep(logits_to_keep: int) -> dict:
+    """The bridge's keyword for unembedding the last n positions only (none for n = 0)."""
+    return {"logits_to_keep": int(logits_to_keep)} if logits_to_keep else {}
+
+
+def _kept(logits: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """The last ``logits_to_keep`` positions of ``logits`` (a model that ignores the
+    keyword returns every position)."""
+    n = int(logits_to_keep)
+    return logits[:, -n:] if n and logits.shape[1] != n else logits
+
+
+def _zgrads(store: dict, grads) -> dict:
+    out = {}
+    for n, g in zip(store, grads):
+        z = store[n].detach()
+        out[n] = (z, torch.zeros_like(z) if g is None else g.detach())
+    return out
+
+
+class _Gate(torch.autograd.Function):
+    """Identity forward; backward passes the gradient unless ``state['drop']`` is this
+    layer, where it gives none (as a detach in the forward would: AtP* GradDrop)."""
+
+    @staticmethod
+    def forward(ctx, x, layer, state):
+        ctx.layer, ctx.state = layer, state
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None if ctx.state.get("drop") == ctx.layer else g), None, None
+
+
+def _backwards(
+    bridge,
+    tokens,
+    layers,
+    metric: Metric,
+    ablate: Sequence[Component] = (),
+    drop_layers: Sequence[int] = (),
+    intact: bool = True,
+    logits_to_keep: int = 0,
+):
+    """One forward with ``ablate`` zero-ablated, then its backward passes: yields
+    (None, zg) for the plain backward (with ``intact``), then (l, zg) for each l in
+    ``drop_layers``: the backward with layer l's attention and MLP outputs cut out of the
+    gradient (AtP* GradDrop; the forward is the same for every l, so it runs once).
+    zg as :func:`_grads` returns it."""
+    store: dict[str, torch.Tensor] = {}
+    state: dict = {}
+
+    def keep(name):  # bound to the name asked for (the bridge reports aliases)
+        def fn(x, hook):
+            y = x if x.requires_grad else x.detach().requires_grad_(True)
+            store[name] = y
+            return y
+
+        return fn
+
+    def gate(layer):
+        return lambda x, hook: _Gate.apply(x, layer, state)
+
+    drop_layers = list(drop_layers)
+    hooks = make_hooks([list(ablate)], tokens.shape[0]) if ablate else []
+    hooks += [(f"blocks.{layer}.attn.hook_z", keep(f"blocks.{layer}.attn.hook_z")) for layer in layers]
+    for d in drop_layers:
+        hooks += [(f"blocks.{d}.hook_attn_out", gate(d)), (f"blocks.{d}.hook_mlp_out", gate(d))]
+    todo = ([None] if intact else []) + drop_layers
+    with torch.enable_grad():
+        logits = bridge.run_with_hooks(tokens, fwd_hooks=hooks, **_keep(logits_to_keep))
+        value = metric(_kept(logits, logits_to_keep))
+        names = list(store)
+        for i, d in enumerate(todo):
+            state["drop"] = d
+            grads = torch.autograd.grad(
+                value, [store[n] for n in names], allow_unused=True, retain_graph=i < len(todo) - 1
+            )
+            yield d, _zgrads(store, grads)
 
 
 def _per_prompt(zg: dict, h: Component) -> torch.Tensor:
@@ -128,25 +212,32 @@ def _outside(scores: dict, heads: Sequence[Component], ablate: Sequence[Componen
     return {h.name: (float("nan") if h.name in inside else scores[h.name]) for h in heads}
 
 
-def atp(bridge, tokens, heads: Sequence[Component], metric: Metric) -> dict[str, float]:
-    """AtP estimate of L(z_h := 0) - L(clean) per head: the signed mean of AtP_b."""
-    zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric)
+def atp(bridge, tokens, heads: Sequence[Component], metric: Metric, logits_to_keep: int = 0) -> dict[str, float]:
+    """AtP estimate of L(z_h := 0) - L(clean) per head: the signed mean of AtP_b.
+    ``logits_to_keep`` (every baseline here): see :func:`_grads`."""
+    zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric, logits_to_keep=logits_to_keep)
     return _signed(zg, heads)
 
 
-def atp_mag(bridge, tokens, heads: Sequence[Component], metric: Metric) -> dict[str, float]:
+def atp_mag(bridge, tokens, heads: Sequence[Component], metric: Metric, logits_to_keep: int = 0) -> dict[str, float]:
     """Mean over prompts of |AtP_b| per head (the release's AtP)."""
-    zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric)
+    zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric, logits_to_keep=logits_to_keep)
     return _magnitude(zg, heads)
 
 
 def cond_grad(
-    bridge, tokens, heads: Sequence[Component], primaries: Sequence[Component], metric: Metric
+    bridge,
+    tokens,
+    heads: Sequence[Component],
+    primaries: Sequence[Component],
+    metric: Metric,
+    logits_to_keep: int = 0,
 ) -> dict[str, float]:
     """Mean over prompts of |AtP_b| at the conditional state, ``primaries`` (S)
     zero-ablated as in COAX's cond: per prompt, the first-order estimate of
     L_b(S + h ablated) - L_b(S ablated), in magnitude (NaN for heads in S)."""
-    zg = _grads(bridge, tokens, sorted({h.layer for h in heads}), metric, ablate=primaries)
+    layers = sorted({h.layer for h in heads})
+    zg = _grads(bridge, tokens, layers, metric, ablate=primaries, logits_to_keep=logits_to_keep)
     return _outside(_magnitude(zg, heads), heads, primaries)
 
 
@@ -166,29 +257,77 @@ def atp_2s(
     return {h.name: cond[h.name] - intact[h.name] for h in heads}
 
 
-def _ig_layer(bridge, tokens, layer: int, metric: Metric, steps: int):
+def _ig_layer(bridge, tokens, layer: int, metric: Metric, steps: int, logits_to_keep: int = 0, prefix=None):
     """(z_clean, mean over k = 1..steps of dL/dz) of layer ``layer``'s ``hook_z`` when that
-    layer alone is set to (k / steps) z_clean (later layers recomputed from it)."""
-    hook = f"blocks.{layer}.attn.hook_z"
+    layer alone is set to (k / steps) z_clean (later layers recomputed from it).
+
+    The ``steps`` states run as copies of the batch in one forward and one backward,
+    resumed at block ``layer`` from the intact run (``prefix``, an
+    :class:`~selfrepair.core.interventions.Prefix`; made here when not given): upstream
+    of the interpolated z everything is clean, and the metric of each copy depends on
+    its own rows only, so the gradient of the sum of the copies' metrics is each copy's
+    own gradient."""
+    pfx = prefix if prefix is not None else Prefix(bridge, tokens)
+    b, t = pfx.b, tokens.shape[1]
+    name = f"blocks.{layer}.attn.hook_z"
+    store: dict[str, torch.Tensor] = {}
+    scales = [k / steps for k in range(1, steps + 1)]
+
+    def interpolate(x, hook):
+        parts = [x[i * b : (i + 1) * b] for i in range(steps)]
+        y = torch.cat([p if s == 1.0 else p * s for p, s in zip(parts, scales)])
+        if not y.requires_grad:  # nothing upstream needs a gradient (a frozen model)
+            y = y.detach().requires_grad_(True)
+        store[name] = y
+        return y
+
+    positions = list(range(t - logits_to_keep, t)) if logits_to_keep else None
+    with torch.enable_grad():
+        logits = pfx.run(layer, steps, [(name, interpolate)], positions)
+        value = sum(metric(logits[i * b : (i + 1) * b]) for i in range(steps))
+        (g,) = torch.autograd.grad(value, [store[name]], allow_unused=True)
+    y = store[name].detach()
+    g = torch.zeros_like(y) if g is None else g.detach()
     total = 0.0
-    for k in range(1, steps + 1):
-        z, g = _grads(bridge, tokens, [layer], metric, scale=k / steps)[hook]
-        total = total + g
-    return z, total / steps  # the last step is alpha = 1: z is the clean output
+    for i in range(steps):
+        total = total + g[i * b : (i + 1) * b]
+    return y[(steps - 1) * b :], total / steps  # the last step is alpha = 1: z is the clean output
 
 
-def eap_ig(bridge, tokens, heads: Sequence[Component], metric: Metric, steps: int = 5) -> dict[str, float]:
+def eap_ig(
+    bridge, tokens, heads: Sequence[Component], metric: Metric, steps: int = 5, logits_to_keep: int = 0, prefix=None
+) -> dict[str, float]:
     """Activation-space EAP-IG per head (module docstring): |signed mean over prompts of
     -z_clean . mean_k dL/dz|, one attention layer interpolated at a time, ``steps`` right
-    endpoints alpha_k = k / steps; steps x (number of layers) forward-backward passes."""
+    endpoints alpha_k = k / steps; steps x (number of layers) forward-backward passes
+    (per layer, the steps batched and resumed at that layer: :func:`_ig_layer`)."""
     if steps < 1:
         raise ValueError(f"eap_ig needs steps >= 1, not {steps!r}")
+    pfx = prefix if prefix is not None else Prefix(bridge, tokens)
     out = {}
     for layer in sorted({h.layer for h in heads}):
-        zg = {f"blocks.{layer}.attn.hook_z": _ig_layer(bridge, tokens, layer, metric, steps)}
+        zg = {f"blocks.{layer}.attn.hook_z": _ig_layer(bridge, tokens, layer, metric, steps, logits_to_keep, pfx)}
         mine = [h for h in heads if h.layer == layer]
         out.update({name: abs(v) for name, v in _signed(zg, mine).items()})
     return {h.name: out[h.name] for h in heads}
+
+
+def _graddrop_states(
+    bridge, tokens, heads, metric, n_layers=None, ablate=(), intact=False, logits_to_keep: int = 0
+) -> tuple[dict | None, dict[str, float]]:
+    """(zg of the plain backward when ``intact``, else None; AtP* GradDrop per head), from
+    one forward with ``ablate`` zero-ablated and its backward passes (:func:`_backwards`)."""
+    n_layers = n_layers or bridge.cfg.n_layers
+    layers = sorted({h.layer for h in heads})
+    acc = {h.name: 0.0 for h in heads}
+    plain = None
+    for dropped, zg in _backwards(bridge, tokens, layers, metric, ablate, range(n_layers), intact, logits_to_keep):
+        if dropped is None:
+            plain = zg
+            continue
+        for name, v in _magnitude(zg, heads).items():
+            acc[name] += v
+    return plain, {k: v / max(n_layers - 1, 1) for k, v in acc.items()}
 
 
 def atp_star_graddrop(
@@ -198,18 +337,13 @@ def atp_star_graddrop(
     metric: Metric,
     n_layers: int | None = None,
     ablate: Sequence[Component] = (),
+    logits_to_keep: int = 0,
 ) -> dict[str, float]:
     """AtP* GradDrop: mean over prompts of sum over layers l of |AtP_b with layer l's
     gradient dropped| / (L-1), with the components ``ablate`` zero-ablated (default:
-    none, the intact model; an ablated head's z is 0, and so is its score)."""
-    n_layers = n_layers or bridge.cfg.n_layers
-    layers = sorted({h.layer for h in heads})
-    acc = {h.name: 0.0 for h in heads}
-    for dropped in range(n_layers):
-        zg = _grads(bridge, tokens, layers, metric, drop_layer=dropped, ablate=ablate)
-        for name, v in _magnitude(zg, heads).items():
-            acc[name] += v
-    return {k: v / max(n_layers - 1, 1) for k, v in acc.items()}
+    none, the intact model; an ablated head's z is 0, and so is its score). The forward
+    does not depend on l: it runs once, then one backward per l."""
+    return _graddrop_states(bridge, tokens, heads, metric, n_layers, ablate, False, logits_to_keep)[1]
 
 
 def atp_star_2s(
@@ -219,11 +353,17 @@ def atp_star_2s(
     primaries: Sequence[Component],
     metric: Metric,
     clean: dict[str, float] | None = None,
+    logits_to_keep: int = 0,
+    cond: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Two-state AtP*: AtP* GradDrop with ``primaries`` zero-ablated minus AtP* GradDrop
-    on the intact model (``clean``: the latter, when already computed); NaN for heads in S."""
-    clean = clean if clean is not None else atp_star_graddrop(bridge, tokens, heads, metric)
-    cond = atp_star_graddrop(bridge, tokens, heads, metric, ablate=primaries)
+    on the intact model (``clean``, ``cond``: the two, when already computed); NaN for
+    heads in S."""
+    clean = (
+        clean if clean is not None else atp_star_graddrop(bridge, tokens, heads, metric, logits_to_keep=logits_to_keep)
+    )
+    if cond is None:
+        cond = atp_star_graddrop(bridge, tokens, heads, metric, ablate=primaries, logits_to_keep=logits_to_keep)
     return _outside({h.name: cond[h.name] - clean[h.name] for h in heads}, heads, primaries)
 
 
@@ -276,24 +416,33 @@ def all_scores(
     *,
     primaries: Sequence[Component],
     amp_eps: float = AMP_EPS,
+    logits_to_keep: int = 0,
+    prefix=None,
 ) -> pd.DataFrame:
     """One table: unit, single (energy), atp, eap_ig, atp_star, cond, comp, then atp_mag,
     cond_grad, atp_star_2s, amp_ratio, atp_2s, amp_ratio_eps (``amp_eps``: its eps
     share). ``primaries``: COAX's seed S (the conditional scores are taken with S
-    zero-ablated). Discovery ranks: :data:`DISCOVERY_METHODS`.
+    zero-ablated). Discovery ranks: :data:`DISCOVERY_METHODS`. ``logits_to_keep`` = n > 0:
+    ``metric`` reads the last n positions only, so only those are unembedded (the same
+    scores); ``prefix``: the intact run of ``tokens``
+    (:class:`~selfrepair.core.interventions.Prefix`) when already made.
     """
     heads, primaries = list(heads), list(primaries)
-    gd = atp_star_graddrop(bridge, tokens, heads, metric)
-    mag = atp_mag(bridge, tokens, heads, metric)
-    cg = cond_grad(bridge, tokens, heads, primaries, metric)
+    keep = logits_to_keep
+    # one forward per state (intact, S ablated); its plain backward gives atp and atp_mag
+    # (intact) or cond_grad (S ablated), its GradDrop backwards AtP* in that state
+    zg, gd = _graddrop_states(bridge, tokens, heads, metric, intact=True, logits_to_keep=keep)
+    zg_s, gd_s = _graddrop_states(bridge, tokens, heads, metric, ablate=primaries, intact=True, logits_to_keep=keep)
+    mag = _magnitude(zg, heads)
+    cg = _outside(_magnitude(zg_s, heads), heads, primaries)
     mine = coax_table[coax_table["unit"].isin([h.name for h in heads])]
     cols = {
-        "atp": atp(bridge, tokens, heads, metric),
-        "eap_ig": eap_ig(bridge, tokens, heads, metric, ig_steps),
+        "atp": _signed(zg, heads),
+        "eap_ig": eap_ig(bridge, tokens, heads, metric, ig_steps, keep, prefix),
         "atp_star": gd,
         "atp_mag": mag,
         "cond_grad": cg,
-        "atp_star_2s": atp_star_2s(bridge, tokens, heads, primaries, metric, clean=gd),
+        "atp_star_2s": atp_star_2s(bridge, tokens, heads, primaries, metric, clean=gd, cond=gd_s),
         "amp_ratio": amp_ratio(mine),
         "atp_2s": atp_2s(bridge, tokens, heads, primaries, metric, intact=mag, cond=cg),
         "amp_ratio_eps": amp_ratio_eps(mine, amp_eps),

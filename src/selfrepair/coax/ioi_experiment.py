@@ -10,7 +10,7 @@ import torch
 from selfrepair.coax import baselines
 from selfrepair.coax import score as coax
 from selfrepair.core.components import parse
-from selfrepair.core.interventions import make_hooks, run_ablated
+from selfrepair.core.interventions import Prefix, first_layer, make_hooks, run_resumed
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config
 from selfrepair.core.stats import recall_at_k, roc_auc
 from selfrepair.core.train import train
@@ -110,14 +110,16 @@ def train_toy(
 def ablation_drops(bridge, prompts: IOIPrompts, sets, mode="zero", means=None, max_rows=2048) -> list[float]:
     """Logit-difference drop m(clean) - m(ablated) of each ablation set."""
 
-    vals = run_ablated(
-        bridge,
-        prompts.tokens,
+    # the metric reads the last position only: each set resumes from the intact run at
+    # its first ablated layer and is unembedded there only (interventions.run_resumed)
+    vals = run_resumed(
+        Prefix(bridge, prompts.tokens),
         [[]] + list(sets),
         mode,
         means,
         reduce=lambda lg: float(logit_diff(lg.cpu(), prompts)),
         max_rows=max_rows,
+        positions=[prompts.tokens.shape[1] - 1],
     )
     return [vals[0] - v for v in vals[1:]]
 
@@ -171,9 +173,14 @@ def ground_truth(bridge, prompts: IOIPrompts, heads, n_primary: int = 3, backup_
     return t, pd.DataFrame(rows), primaries, backups
 
 
-def _patched_drop(bridge, prompts, zero, freeze, clean_z):
+def _patched_drop(bridge, prompts, zero, freeze, clean_z, prefix: Prefix | None = None, m0: float | None = None):
     """Drop of the logit difference with ``zero`` heads zeroed and ``freeze`` heads held
-    at their clean outputs (one forward)."""
+    at their clean outputs (one forward).
+
+    With ``prefix`` (the intact run of the prompts), the run resumes at the first layer
+    of ``zero``: below it every head's output is its clean one, so holding a head there at
+    its clean output changes no value; it is unembedded at the last position only (the
+    metric's). ``m0``: the intact logit difference, when already known."""
 
     patch = {}
     for c in list(zero) + list(freeze):
@@ -181,9 +188,15 @@ def _patched_drop(bridge, prompts, zero, freeze, clean_z):
         if c in zero:
             z[:, :, c.head, :] = 0.0
     hooks = make_hooks([list(zero) + list(freeze)], prompts.tokens.shape[0], "patch", patch)
+    last = [prompts.tokens.shape[1] - 1]
     with torch.no_grad():
-        m0 = float(logit_diff(bridge(prompts.tokens).cpu(), prompts))
-        m = float(logit_diff(bridge.run_with_hooks(prompts.tokens, fwd_hooks=hooks).cpu(), prompts))
+        if prefix is None:
+            m0 = float(logit_diff(bridge(prompts.tokens).cpu(), prompts)) if m0 is None else m0
+            m = float(logit_diff(bridge.run_with_hooks(prompts.tokens, fwd_hooks=hooks).cpu(), prompts))
+        else:
+            m0 = float(logit_diff(prefix.logits(last).cpu(), prompts)) if m0 is None else m0
+            start = first_layer(zero, prefix.n_layers)
+            m = float(logit_diff(prefix.run(start, 1, hooks, last).cpu(), prompts))
     return m0 - m
 
 
@@ -213,12 +226,21 @@ def run_ioi(
     heads, primaries, backups = list(heads), list(primaries), list(backups)
     cands = [h for h in heads if h not in primaries]
     metric = lambda lg: logit_diff(lg, prompts)  # noqa: E731
-    sc = coax.scan(bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows)
+    # one intact run of the prompts, shared by every part below: each ablated or
+    # interpolated run resumes from it at the first layer it changes (interventions.Prefix)
+    pfx = Prefix(bridge, prompts.tokens, keep_z=True)
+    sc = coax.scan(bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows, prefix=pfx)
     last = [prompts.tokens.shape[1] - 1]
-    wake = coax.wake_up_ratios(bridge, prompts.tokens, cands, primaries, positions=last)
+    # wake-up curve: backups vs the other candidates, 0..|S| primaries ablated; its last
+    # point (all of S ablated) is each candidate's wake-up ratio
+    wc = coax.wake_up_curve(bridge, prompts.tokens, primaries, cands, positions=last, prefix=pfx)
+    at_s = wc[wc["n_ablated"] == len(primaries)]
+    wake = {u: float(r) for u, r in zip(at_s["unit"], at_s["ratio"])}
+    # logit_diff reads the last position only: only it is unembedded (logits_to_keep=1)
     table = baselines.all_scores(
-        bridge, prompts.tokens, cands, metric, sc.table, ig_steps, primaries=primaries, amp_eps=amp_eps
-    )
+        bridge, prompts.tokens, cands, metric, sc.table, ig_steps, primaries=primaries, amp_eps=amp_eps,
+        logits_to_keep=1, prefix=pfx,
+    )  # fmt: skip
     table["wake"] = table["unit"].map(wake)
     bset = {b.name for b in backups}
     table["backup"] = table["unit"].isin(bset)
@@ -239,16 +261,15 @@ def run_ioi(
         )
     disc = pd.DataFrame(disc)
 
-    # wake-up curve: backups vs the other candidates, 0..|S| primaries ablated
-    wc = coax.wake_up_curve(bridge, prompts.tokens, primaries, cands, positions=last)
     wc["group"] = wc["unit"].map(lambda u: "backup" if u in bset else "other")
 
     # freezing the backups at their clean outputs
-    _, cache = bridge.run_with_cache(prompts.tokens, names_filter=lambda n: n.endswith("hook_z"))
-    clean_z = {k: v.detach().clone() for k, v in cache.items()}
-    d_p = _patched_drop(bridge, prompts, primaries, [], clean_z)
-    d_fb = _patched_drop(bridge, prompts, primaries, backups, clean_z)
-    d_fa = _patched_drop(bridge, prompts, primaries, cands, clean_z)
+    clean_z = pfx.z
+    with torch.no_grad():
+        m0 = float(logit_diff(pfx.logits(last).cpu(), prompts))
+    d_p = _patched_drop(bridge, prompts, primaries, [], clean_z, pfx, m0)
+    d_fb = _patched_drop(bridge, prompts, primaries, backups, clean_z, pfx, m0)
+    d_fa = _patched_drop(bridge, prompts, primaries, cands, clean_z, pfx, m0)
     repair = d_fa - d_p
     freeze = pd.DataFrame(
         [
@@ -274,12 +295,12 @@ def run_ioi(
         "primaries+own_topk": primaries + own,
     }
 
-    outs = run_ablated(
-        bridge,
-        prompts.tokens,
+    outs = run_resumed(
+        pfx,
         list(sets.values()),
         reduce=lambda lg: (float(logit_diff(lg.cpu(), prompts)), accuracy(lg.cpu(), prompts)),
         max_rows=max_rows,
+        positions=last,
     )
     m0 = outs[0][0]
     ko = pd.DataFrame(

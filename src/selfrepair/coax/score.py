@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from selfrepair.core import interventions
 from selfrepair.core.components import Component
-from selfrepair.core.interventions import run_ablated
+from selfrepair.core.interventions import Prefix, run_ablated, run_resumed
 
 PROTOCOLS = ("v1", "v2")
 
@@ -54,7 +55,11 @@ class Support:
 
     def gather(self, logits: torch.Tensor) -> torch.Tensor:
         """[N, T, V] logits -> [N, P, r] logits on the support."""
-        x = logits[:, self.positions, :].float()
+        return self.gather_kept(logits[:, self.positions, :])
+
+    def gather_kept(self, logits: torch.Tensor) -> torch.Tensor:
+        """[N, P, V] logits already at the kept positions -> [N, P, r] on the support."""
+        x = logits.float()
         return x.gather(-1, self.index.to(x.device)).cpu()
 
 
@@ -65,13 +70,24 @@ def make_support(z0_full: torch.Tensor, protocol: str = "v1", top_r: int = 192, 
     ``v2``: the last position only, the full vocabulary. ``positions`` overrides the
     kept positions (e.g. only the second half of an induction sequence).
     """
+    positions = support_positions(z0_full.shape[1], protocol, positions)
+    return support_at(z0_full[:, positions, :], positions, protocol, top_r)
+
+
+def support_positions(t: int, protocol: str = "v1", positions=None) -> torch.Tensor:
+    """The kept positions of a length-``t`` sequence under ``protocol`` (or ``positions``)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
-    n, t, v = z0_full.shape
     if positions is None:
         positions = torch.arange(t - 1) if protocol == "v1" else torch.tensor([t - 1])
+    return torch.as_tensor(positions, dtype=torch.long)
+
+
+def support_at(z_kept: torch.Tensor, positions, protocol: str = "v1", top_r: int = 192) -> Support:
+    """:func:`make_support` from the clean logits at the kept ``positions`` only ([N, P, V])."""
     positions = torch.as_tensor(positions, dtype=torch.long)
-    z = z0_full[:, positions, :].float().cpu()
+    z = z_kept.float().cpu()
+    n, _, v = z.shape
     if protocol == "v1":
         r = min(int(top_r), v)
         index = z.topk(r, dim=-1).indices
@@ -133,43 +149,45 @@ def scan(
     positions=None,
     max_rows: int = 2048,
     support: Support | None = None,
+    prefix: Prefix | None = None,
 ) -> ScanResult:
     """One COAX scan: single, cond and comp of every unit in ``units``.
 
     Forward passes (each over all prompts): 1 clean, |U| single ablations, 1 with S
     alone and one with S + u for each u in U outside S, i.e. 2 + 2|U| - |U & S|
     (1 + 2|U| when U holds one seed unit, as in the paper's count over all units).
-    A unit inside S gets cond = comp = NaN (it cannot be ablated again).
+    A unit inside S gets cond = comp = NaN (it cannot be ablated again). Each ablated
+    run resumes from the intact run (``prefix``, made here when not given) at the first
+    layer it ablates, and is unembedded at the kept positions only.
     """
     units = list(units)
     seed = list(seed)
     passes = 0
+    # every set resumes from the intact run at the first layer it ablates, and the
+    # unembedding runs at the kept positions only (interventions.Prefix): the same logits
+    # there as full forwards of the ablated model
+    pfx = prefix if prefix is not None else Prefix(bridge, tokens)
     if support is None:
-        support = clean_support(bridge, tokens, protocol, top_r, positions)
+        pos = support_positions(tokens.shape[1], protocol, positions)
+        support = support_at(pfx.logits(pos.tolist()), pos, protocol, top_r)
         passes += 1
     z0, p0 = support.z0, support.p0
+    pos = support.positions.tolist()
+    gather = support.gather_kept
 
     def energy_from(ref):  # reduce each ablated run to its energy at once: no logits kept
-        return lambda logits: energy(ref - support.gather(logits), p0)
+        return lambda logits: energy(ref - gather(logits), p0)
 
-    singles = run_ablated(bridge, tokens, [[u] for u in units], mode, means, energy_from(z0), max_rows)
+    singles = run_resumed(pfx, [[u] for u in units], mode, means, energy_from(z0), max_rows, pos)
     passes += len(units)
     outside = [u for u in units if u not in seed]
     cond_of = {}
     if seed:
-        # S alone and every S + u in the same batched forwards: run_ablated reduces the
-        # sets in order, so the first (S alone) sets the reference of the others
-        ref: dict = {}
-
-        def cond_reduce(logits):
-            if "zs" not in ref:
-                ref["zs"] = support.gather(logits)
-                return float("nan")
-            return energy(ref["zs"] - support.gather(logits), p0)
-
-        conds = run_ablated(bridge, tokens, [seed] + [seed + [u] for u in outside], mode, means, cond_reduce, max_rows)
+        # S alone first: its logits are the reference of every S + u
+        zs = run_resumed(pfx, [seed], mode, means, gather, max_rows, pos)[0]
+        conds = run_resumed(pfx, [seed + [u] for u in outside], mode, means, energy_from(zs), max_rows, pos)
         passes += 1 + len(outside)
-        cond_of = dict(zip(outside, conds[1:]))
+        cond_of = dict(zip(outside, conds))
     rows = []
     for u, single in zip(units, singles):
         cond = cond_of.get(u, float("nan"))
@@ -216,42 +234,11 @@ def pairwise_synergy(
 # ----------------------------------------------------------------------------------
 # Wake-up
 # ----------------------------------------------------------------------------------
-def head_output_norms(
-    bridge,
-    tokens,
-    heads: Sequence[Component],
-    ablate: Sequence[Component] = (),
-    positions=None,
-    mode="zero",
-    means=None,
-) -> dict[str, float]:
-    """Mean norm of each head's residual write ||z_h W_O[h]|| with ``ablate`` zeroed.
-
-    Averaged over prompts and ``positions`` (default: all). Heads inside ``ablate``
-    report 0.
-    """
-    from selfrepair.core.interventions import make_hooks
-
-    layers = sorted({h.layer for h in heads})
-    names = {f"blocks.{layer}.attn.hook_z" for layer in layers}
-    store: dict[str, torch.Tensor] = {}
-
-    def keep(name):  # bound to the name asked for (the bridge reports aliases)
-        def fn(x, hook):
-            store[name] = x.detach()
-            return x
-
-        return fn
-
-    ablate = list(ablate)
-    hooks = make_hooks([ablate], tokens.shape[0], mode, means) if ablate else []
-    # the keeper runs after the ablation hook of the same point
-    fwd = hooks + [(n, keep(n)) for n in names]
-    with torch.no_grad():
-        bridge.run_with_hooks(tokens, fwd_hooks=fwd)
+def _norms(bridge, z_of, heads, positions) -> dict[str, float]:
+    """Mean norm of ||z_h W_O[h]|| per head, z_of(hook name) -> [B, T, H, D]."""
     out = {}
     for h in heads:
-        z = store[h.hook][:, :, h.head, :].float()  # [B, T, D]
+        z = z_of(h.hook)[:, :, h.head, :].float()  # [B, T, D]
         w = bridge.blocks[h.layer].attn.W_O[h.head].float().detach()  # [D, d_model]
         r = z @ w.to(z.device)
         if positions is not None:
@@ -260,22 +247,107 @@ def head_output_norms(
     return out
 
 
-def wake_up_ratios(
-    bridge, tokens, heads, ablate, positions=None, mode="zero", means=None, clean=None
+def head_output_norms_sets(
+    bridge,
+    tokens,
+    heads: Sequence[Component],
+    sets: Sequence[Sequence[Component]],
+    positions=None,
+    mode="zero",
+    means=None,
+    prefix: Prefix | None = None,
+) -> list[dict[str, float]]:
+    """:func:`head_output_norms` for each ablation set of ``sets``, in one forward.
+
+    The copies of the batch resume from the intact run (``prefix``, made here when not
+    given) at the first layer any set ablates and stop after the last layer of ``heads``
+    (no head output downstream of it is read); a head below that first layer has its
+    intact output, read from the intact run. The same z as a full forward per set.
+    """
+    heads, sets = list(heads), [list(s) for s in sets]
+    if not sets:
+        return []
+    pfx = prefix if prefix is not None and prefix.z else Prefix(bridge, tokens, keep_z=True)
+    nl = pfx.n_layers
+    start = min(interventions.first_layer(s, nl) for s in sets)
+    stop = max(h.layer for h in heads) + 1 if heads else 0
+    b, k = pfx.b, len(sets)
+    store: dict[str, torch.Tensor] = {}
+    if start < stop:
+
+        def keep(name):  # bound to the name asked for (the bridge reports aliases)
+            def fn(x, hook):
+                store[name] = x.detach()
+                return x
+
+            return fn
+
+        names = sorted({h.hook for h in heads if h.layer >= start})
+        # the keeper runs after the ablation hook of the same point
+        hooks = interventions.make_hooks(sets, b, mode, means) + [(n, keep(n)) for n in names]
+        with torch.no_grad():
+            pfx.run(start, k, hooks, stop=stop)
+    out = []
+    for i in range(k):
+
+        def z_of(name, i=i):
+            return store[name][i * b : (i + 1) * b] if name in store else pfx.z[name]
+
+        out.append(_norms(bridge, z_of, heads, positions))
+    return out
+
+
+def head_output_norms(
+    bridge,
+    tokens,
+    heads: Sequence[Component],
+    ablate: Sequence[Component] = (),
+    positions=None,
+    mode="zero",
+    means=None,
+    prefix: Prefix | None = None,
 ) -> dict[str, float]:
-    """Output-norm ratio (with ``ablate`` zeroed) / (clean) of each head."""
-    clean = clean or head_output_norms(bridge, tokens, heads, (), positions, mode, means)
-    ab = head_output_norms(bridge, tokens, heads, ablate, positions, mode, means)
+    """Mean norm of each head's residual write ||z_h W_O[h]|| with ``ablate`` zeroed.
+
+    Averaged over prompts and ``positions`` (default: all). Heads inside ``ablate``
+    report 0. With no ablation, the intact run's z (``prefix``, made here when not given).
+    """
+    ablate = list(ablate)
+    if not ablate:
+        pfx = prefix if prefix is not None and prefix.z else Prefix(bridge, tokens, keep_z=True)
+        return _norms(bridge, lambda name: pfx.z[name], heads, positions)
+    return head_output_norms_sets(bridge, tokens, heads, [ablate], positions, mode, means, prefix)[0]
+
+
+def _ratios(ab: dict, clean: dict, heads) -> dict[str, float]:
     return {h.name: (ab[h.name] / clean[h.name] if clean[h.name] > 0 else float("nan")) for h in heads}
 
 
-def wake_up_curve(bridge, tokens, primaries, watch, positions=None, mode="zero", means=None) -> pd.DataFrame:
-    """Ratios of the ``watch`` heads as 0..|S| primaries are ablated (in the given order)."""
-    clean = head_output_norms(bridge, tokens, watch, (), positions, mode, means)
+def wake_up_ratios(
+    bridge, tokens, heads, ablate, positions=None, mode="zero", means=None, clean=None, prefix=None
+) -> dict[str, float]:
+    """Output-norm ratio (with ``ablate`` zeroed) / (clean) of each head."""
+    clean = clean or head_output_norms(bridge, tokens, heads, (), positions, mode, means, prefix)
+    ab = head_output_norms(bridge, tokens, heads, ablate, positions, mode, means, prefix)
+    return _ratios(ab, clean, heads)
+
+
+def wake_up_curve(
+    bridge, tokens, primaries, watch, positions=None, mode="zero", means=None, prefix=None
+) -> pd.DataFrame:
+    """Ratios of the ``watch`` heads as 0..|S| primaries are ablated (in the given order).
+
+    The intact norms are those of the intact run (0 primaries: every ratio is clean /
+    clean); the |S| ablated states run as copies of the batch in one forward
+    (:func:`head_output_norms_sets`)."""
+    primaries, watch = list(primaries), list(watch)
+    pfx = prefix if prefix is not None and prefix.z else Prefix(bridge, tokens, keep_z=True)
+    clean = head_output_norms(bridge, tokens, watch, (), positions, mode, means, pfx)
+    sets = [primaries[:k] for k in range(1, len(primaries) + 1)]
+    abl = [clean] + head_output_norms_sets(bridge, tokens, watch, sets, positions, mode, means, pfx)
     rows = []
-    for k in range(len(primaries) + 1):
-        r = wake_up_ratios(bridge, tokens, watch, list(primaries[:k]), positions, mode, means, clean)
-        rows.extend({"n_ablated": k, "unit": u, "ratio": v} for u, v in r.items())
+    for k, ab in enumerate(abl):
+        rows.extend({"n_ablated": k, "unit": u, "ratio": v} for u, v in _ratios(ab, clean, watch).items())
     return pd.DataFrame(rows)
 
 

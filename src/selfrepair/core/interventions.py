@@ -137,3 +137,207 @@ def run_ablated(
             for i in range(len(group)):
                 out.append(reduce(logits[i * b : (i + 1) * b]))
     return out
+
+
+# ----------------------------------------------------------------------------------
+# Prefix reuse through the bridge's own blocks
+# ----------------------------------------------------------------------------------
+def first_layer(components: Sequence[Component], n_layers: int) -> int:
+    """The first layer an ablation set touches (``n_layers`` for the empty set): the
+    residual stream entering that layer is the intact model's."""
+    return min((c.layer for c in components), default=n_layers)
+
+
+class Prefix:
+    """One intact forward of ``tokens`` through the bridge, kept so that a run with
+    components ablated from layer l on can resume from the stream entering layer l.
+
+    An ablation in layer l (a head's z or an MLP's output) leaves the residual stream
+    entering block l unchanged, so ``run(start=l, ...)`` calls the bridge's own blocks
+    l, l+1, ... (with the hooks that are in force firing inside them, as in a full
+    forward), then its final LayerNorm and its unembedding, at only the ``positions``
+    asked for (the LayerNorm and unembedding act on each position alone). Each block is
+    called with the attention mask and position ids the bridge's own forward gave it.
+    Every kernel computes each row independently of the others, so the logits are those
+    of a full forward of the same rows (bit for bit, measured on the CPU; the repeated
+    rows of several sets are the same rows). Keeps: the stream entering every block
+    (``pre``, [B, T, d_model] each), the stream after the last block (``final``) and,
+    with ``keep_z``, every layer's clean ``hook_z``.
+
+    A model without the bridge's block stack (``blocks.{l}.hook_in``, ``ln_final``,
+    ``unembed``; e.g. the hand-built toys of the tests) is run whole instead: every run
+    from the embedding, its logits sliced at ``positions``.
+    """
+
+    def __init__(self, bridge, tokens: torch.Tensor, keep_z: bool = False):
+        self.bridge, self.tokens = bridge, tokens
+        self.n_layers = int(bridge.cfg.n_layers)
+        self.b = tokens.shape[0]
+        self.pre: list = [None] * self.n_layers
+        self.z: dict[str, torch.Tensor] = {}
+        names = getattr(bridge, "mod_dict", {}) or getattr(bridge, "hook_dict", {})
+        self.resumable = all(hasattr(bridge, a) for a in ("ln_final", "unembed", "blocks")) and all(
+            f"blocks.{layer}.hook_in" in names for layer in range(self.n_layers)
+        )
+        if not self.resumable:
+            self._whole(keep_z)
+            return
+        call: dict = {}
+
+        def grab(module, args, kwargs):
+            call["args"], call["kwargs"] = args, kwargs
+
+        def keep_pre(layer):
+            def fn(x, hook):
+                self.pre[layer] = x.detach()
+                return x
+
+            return fn
+
+        def keep_final(x, hook):  # the stream after the last block
+            self.final = x.detach()
+            return x
+
+        def keep_z_of(name):
+            def fn(x, hook):
+                self.z[name] = x.detach().clone()
+                return x
+
+            return fn
+
+        hooks = [(f"blocks.{layer}.hook_in", keep_pre(layer)) for layer in range(self.n_layers)]
+        hooks.append(("ln_final.hook_in", keep_final))
+        if keep_z:
+            hooks += [
+                (f"blocks.{la}.attn.hook_z", keep_z_of(f"blocks.{la}.attn.hook_z")) for la in range(self.n_layers)
+            ]
+        handle = bridge.blocks[0].register_forward_pre_hook(grab, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                full = bridge.run_with_hooks(tokens, fwd_hooks=hooks)
+        finally:
+            handle.remove()
+        # the bridge's own call of block 0, for every block: the same attention mask,
+        # position ids / embeddings; no key-value cache (it only serves decoding)
+        self._args = tuple(_no_cache(a) for a in call["args"][1:])
+        self._kwargs = {k: _no_cache(v) for k, v in call["kwargs"].items()}
+        if "use_cache" in self._kwargs:
+            self._kwargs["use_cache"] = False
+        self._clean = full  # the intact logits, at every position
+        # Resuming must give the full forward's bits. Checked once on the intact run (one
+        # forward more, without the unembedding): every block called this way (GPT-Neo's
+        # alternating local and global attention does not always take block 0's arguments
+        # bit for bit). And the head must be the last operation: Gemma-2 caps its logits
+        # after the unembedding, outside it. Otherwise every run is a whole forward.
+        hf_cfg = getattr(getattr(bridge, "original_model", None), "config", None)
+        capped = getattr(hf_cfg, "final_logit_softcapping", None) is not None
+        with torch.no_grad():
+            self.resumable = not capped and torch.equal(self.blocks(self.pre[0], 0), self.final)
+
+    def _whole(self, keep_z: bool) -> None:
+        store: dict = {}
+
+        def keep(name):
+            def fn(x, hook):
+                store[name] = x.detach().clone()
+                return x
+
+            return fn
+
+        hooks = [(f"blocks.{la}.attn.hook_z", keep(f"blocks.{la}.attn.hook_z")) for la in range(self.n_layers)]
+        with torch.no_grad():
+            self._clean = self.bridge.run_with_hooks(self.tokens, fwd_hooks=hooks if keep_z else [])
+        self.z = store
+
+    def _for_rows(self, v, k: int):
+        """A block argument for k copies of the batch: a tensor with one row per prompt
+        (the attention mask) repeated k times; the others as they are (they broadcast)."""
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == self.b and self.b > 1 and k > 1:
+            return v.repeat(k, *([1] * (v.dim() - 1)))
+        if isinstance(v, (tuple, list)):
+            return type(v)(self._for_rows(x, k) for x in v)
+        return v
+
+    def logits(self, positions=None) -> torch.Tensor:
+        """The intact model's logits [B, P, V] at ``positions`` (default: all)."""
+        return self._clean if positions is None else self._clean[:, positions]
+
+    def head(self, x: torch.Tensor, positions=None) -> torch.Tensor:
+        """Final LayerNorm and unembedding of the stream ``x`` at ``positions``."""
+        h = self.bridge.ln_final(x)
+        if positions is not None:
+            h = h[:, positions]
+        return self.bridge.unembed(h)
+
+    def blocks(self, x: torch.Tensor, start: int, stop: int | None = None) -> torch.Tensor:
+        """Blocks ``start`` .. ``stop`` - 1 (default: to the last) on the stream ``x``
+        entering block ``start`` ([k B, T, d_model]: k copies of the batch)."""
+        stop = self.n_layers if stop is None else stop
+        k = x.shape[0] // self.b
+        args = tuple(self._for_rows(a, k) for a in self._args)
+        kwargs = {n: self._for_rows(v, k) for n, v in self._kwargs.items()}
+        for layer in range(start, stop):
+            out = self.bridge.blocks[layer](x, *args, **kwargs)
+            x = out[0] if isinstance(out, tuple) else out
+        return x
+
+    def run(self, start: int, k: int = 1, hooks=(), positions=None, stop: int | None = None) -> torch.Tensor:
+        """Logits [k B, P, V] at ``positions`` of k copies of the batch resumed at block
+        ``start`` with ``hooks`` in force (``stop``: return the stream entering block
+        ``stop`` instead of logits). ``start`` = n_layers: no block runs."""
+        if not self.resumable:  # the whole model, from the embedding
+            logits = self.bridge.run_with_hooks(self.tokens.repeat(k, 1), fwd_hooks=list(hooks))
+            return logits if positions is None else logits[:, positions]
+        if start >= self.n_layers:
+            x = self.final.repeat(k, 1, 1)
+        else:
+            x = self.pre[start].repeat(k, 1, 1)
+        with self.bridge.hooks(fwd_hooks=list(hooks)):
+            x = self.blocks(x, start, stop) if start < self.n_layers else x
+            if stop is not None:
+                return x
+            return self.head(x, positions)
+
+
+def _no_cache(v):
+    """None for a Hugging Face key-value cache, else ``v``."""
+    return None if type(v).__name__.endswith("Cache") and hasattr(v, "update") else v
+
+
+def run_resumed(
+    prefix: Prefix,
+    sets: Sequence[Sequence[Component]],
+    mode: str = "zero",
+    means: dict[str, torch.Tensor] | None = None,
+    reduce=None,
+    max_rows: int = 4096,
+    positions=None,
+) -> list:
+    """:func:`run_ablated` with prefix reuse: ``reduce(logits)`` per set, where the
+    logits [B, P, V] are those at ``positions`` (default: all) of the ablated model.
+
+    Each set resumes at the first layer it ablates (:class:`Prefix`); sets with the same
+    first layer share forwards of at most ``max_rows`` sequences; the empty set is the
+    intact run itself. ``reduce`` is called set by set in the order of the first layers,
+    not of ``sets``; the results come back in the order of ``sets``.
+    """
+    reduce = reduce or (lambda logits: logits)
+    b, nl = prefix.b, prefix.n_layers
+    per = max(1, max_rows // b)
+    starts = [first_layer(s, nl) for s in sets]
+    out: list = [None] * len(sets)
+    with torch.no_grad():
+        for start in sorted(set(starts)):
+            idx = [i for i, s in enumerate(starts) if s == start]
+            if start >= nl:
+                lg = prefix.logits(positions)
+                for i in idx:
+                    out[i] = reduce(lg)
+                continue
+            for c0 in range(0, len(idx), per):
+                grp = idx[c0 : c0 + per]
+                hooks = make_hooks([sets[i] for i in grp], b, mode, means)
+                logits = prefix.run(start, len(grp), hooks, positions)
+                for j, i in enumerate(grp):
+                    out[i] = reduce(logits[j * b : (j + 1) * b])
+    return out

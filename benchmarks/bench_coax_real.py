@@ -1,0 +1,234 @@
+"""Seconds per phase of paper B's IOI experiment (``ioi_experiment.run_ioi``, the rule
+``coax_real``) on a GPT-2-small-size model, against each phase's executed-work floor.
+
+    python benchmarks/bench_coax_real.py [--model FOLDER] [--prompts 8] [--threads 1]
+
+``--model``: a GPT2LMHeadModel folder (default: a random-weight GPT-2 small, 12 x 12
+heads, 50,257-token vocabulary, built here with a word-level stand-in tokenizer when
+absent; results do not depend on the weights, the timings do not either). The
+primaries and backups are GPT-2 small's documented heads; the other arguments are
+config/config.yaml's ``coax`` section (protocol v2, top_r 192, top_k 20, wake_min 1.05,
+ig_steps 5).
+
+Each phase is timed inside one call of ``run_ioi``. Its floor is the time of the
+passes its definition requires, each once, measured in the same run on plain bridge
+passes of the same rows: ``prefix`` (the intact run) 1 forward; ``scan`` 2|U| + 1
+forwards (|U| singles, S alone, |U| S + u); ``wake`` |S| forwards (0..|S| primaries; the
+intact norms are the intact run's); ``grad_intact`` / ``grad_s`` 1 forward + (1 + L)
+backwards (the plain one for AtP / atp_mag / cond_grad, one per dropped layer for AtP*
+GradDrop, whose forward does not depend on the layer); ``eap_ig`` L x steps forwards and
+backwards; ``freeze`` 3 forwards; ``knockout`` 4 forwards. A forward's time is the
+fastest per row over chunks of 1, 4 and 16 copies of the prompts (full-vocabulary logits
+at every position, as a plain forward gives them); a backward's is that of the metric
+through a plain forward of the prompts to every layer's z. ``block rows`` counts the
+rows each phase runs through the blocks, in prompt-set forward equivalents.
+Writes results/reference/benchmark_coax_real.csv (--out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+from selfrepair.core import numerics
+
+# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
+NUMERICS = numerics.configure_from_argv(sys.argv)
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from selfrepair.coax import baselines, ioi_experiment  # noqa: E402
+from selfrepair.coax import score as coax  # noqa: E402
+from selfrepair.core.components import head_components, parse  # noqa: E402
+from selfrepair.core.models import load_bridge  # noqa: E402
+from selfrepair.tasks import ioi  # noqa: E402
+
+DEFAULT_MODEL = Path.home() / ".cache/selfrepair/real_size/models/gpt2"
+
+
+def build_model(folder: Path) -> Path:
+    """``folder``, or when it holds no model a random-weight GPT-2 small built by
+    benchmarks/real_size.py (all 12 layers) into ``folder``'s parent / gpt2."""
+    if (folder / "config.json").exists():
+        return folder
+    sys.path.insert(0, str(Path(__file__).parent))
+    import real_size  # noqa: PLC0415
+
+    real_size.build("gpt2", folder.parent, float("inf"))
+    return folder.parent / "gpt2"
+
+
+class Phases:
+    """Seconds and block rows per phase, by wrapping the functions run_ioi calls."""
+
+    def __init__(self, bridge, b):
+        self.sec: dict[str, float] = {}
+        self.rows: dict[str, float] = {}
+        self.stack: list[str] = []
+        self.nl, self.b = bridge.cfg.n_layers, b
+        for blk in bridge.blocks:
+            blk.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, mod, args, kwargs):
+        x = args[0] if args else next(iter(kwargs.values()))
+        if self.stack:
+            lab = self.stack[-1]
+            self.rows[lab] = self.rows.get(lab, 0.0) + x.shape[0] / (self.nl * self.b)
+
+    def wrap(self, mod, name, label):
+        f = getattr(mod, name)
+
+        @functools.wraps(f)
+        def g(*a, **k):
+            lab = label(*a, **k) if callable(label) else label
+            if self.stack:  # inside another phase: counted there
+                return f(*a, **k)
+            self.stack.append(lab)
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                self.sec[lab] = self.sec.get(lab, 0.0) + time.perf_counter() - t
+                self.stack.pop()
+
+        setattr(mod, name, g)
+        return f
+
+
+def plain_forward_per_row(bridge, tokens, chunks=(1, 4, 16)) -> float:
+    best = float("inf")
+    with torch.no_grad():
+        bridge(tokens)
+        for c in chunks:
+            rep = tokens.repeat(c, 1)
+            t = time.perf_counter()
+            bridge(rep)
+            best = min(best, (time.perf_counter() - t) / rep.shape[0])
+    return best
+
+
+def plain_grad_times(bridge, tokens, metric) -> tuple[float, float]:
+    """(forward with a graph, one backward to every layer's z) of the prompts, seconds."""
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(bridge.cfg.n_layers)]
+    best_f, best_b = float("inf"), float("inf")
+    for _ in range(2):
+        store = {}
+
+        def keep(name):
+            def fn(x, hook):
+                store[name] = x
+                return x
+
+            return fn
+
+        with torch.enable_grad():
+            t = time.perf_counter()
+            value = metric(bridge.run_with_hooks(tokens, fwd_hooks=[(n, keep(n)) for n in names]))
+            t1 = time.perf_counter()
+            torch.autograd.grad(value, [store[n] for n in names], allow_unused=True)
+            t2 = time.perf_counter()
+        best_f, best_b = min(best_f, t1 - t), min(best_b, t2 - t1)
+    return best_f, best_b
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=str(DEFAULT_MODEL))
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
+    ap.add_argument("--out", default="results/reference/benchmark_coax_real.csv")
+    a = ap.parse_args()
+    numerics.apply(a.numerics, a.threads)
+    folder = build_model(Path(a.model))
+    bridge = load_bridge(folder)
+    prompts = ioi.gpt2_prompts(bridge.tokenizer, a.prompts, a.seed)
+    nl, nh = bridge.cfg.n_layers, bridge.cfg.n_heads
+    heads = head_components(nl, nh)
+    if (nl, nh) == (12, 12):
+        prim = [parse(n) for n in ioi.GPT2_NAME_MOVERS]
+        back = [parse(n) for n in ioi.GPT2_BACKUP_NAME_MOVERS]
+    else:
+        prim, back = heads[-3:], heads[-6:-3]
+    cands = [h for h in heads if h not in prim]
+    b, t = prompts.tokens.shape
+    max_rows = max(1, min(2048, int(2.5e8 // (t * int(bridge.cfg.d_vocab)))))  # real_models._fit_rows
+    steps = 5
+    metric = lambda lg: ioi.logit_diff(lg, prompts)  # noqa: E731
+
+    ph = Phases(bridge, b)
+    states = iter(["grad_intact", "grad_s"])
+    ph.wrap(ioi_experiment, "Prefix", "prefix")
+    ph.wrap(coax, "scan", "scan")
+    ph.wrap(coax, "wake_up_curve", "wake")
+    ph.wrap(baselines, "_graddrop_states", lambda *x, **k: next(states))
+    ph.wrap(baselines, "eap_ig", "eap_ig")
+    ph.wrap(ioi_experiment, "_patched_drop", "freeze")
+    ph.wrap(ioi_experiment, "run_resumed", "knockout")
+    print(
+        f"model {folder}: {nl} layers x {nh} heads, vocabulary {bridge.cfg.d_vocab}, {b} prompts x {t} tokens, "
+        f"|U| = {len(cands)}, |S| = {len(prim)}, {a.threads} thread(s), numerics {a.numerics}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    ioi_experiment.run_ioi(
+        bridge, prompts, heads, prim, back, "v2", 192, 20, len(back), 1.05, steps, max_rows, baselines.AMP_EPS
+    )
+    total = time.perf_counter() - t0
+
+    f_row = plain_forward_per_row(bridge, prompts.tokens)
+    f_grad, b_grad = plain_grad_times(bridge, prompts.tokens, metric)
+    f_set = f_row * b
+    floors = {
+        "prefix": f_set,
+        "scan": (2 * len(cands) + 1) * f_set,
+        "wake": len(prim) * f_set,
+        "grad_intact": f_grad + (1 + nl) * b_grad,
+        "grad_s": f_grad + (1 + nl) * b_grad,
+        "eap_ig": nl * steps * (f_grad + b_grad),
+        "freeze": 3 * f_set,
+        "knockout": 4 * f_set,
+    }
+    rows = []
+    for p, fl in floors.items():
+        s = ph.sec.get(p, float("nan"))
+        rows.append(
+            {
+                "phase": p,
+                "seconds": round(s, 3),
+                "floor_seconds": round(fl, 3),
+                "ratio": round(s / fl, 3),
+                "block_rows": round(ph.rows.get(p, 0.0), 2),
+            }
+        )
+    other = total - sum(ph.sec.values())
+    rows.append({"phase": "other", "seconds": round(other, 3), "floor_seconds": 0.0, "ratio": float("nan")})
+    fl_total = sum(floors.values())
+    rows.append(
+        {
+            "phase": "total",
+            "seconds": round(total, 3),
+            "floor_seconds": round(fl_total, 3),
+            "ratio": round(total / fl_total, 3),
+        }
+    )
+    df = pd.DataFrame(rows)
+    df.insert(0, "threads", a.threads)
+    df.insert(0, "prompts", b)
+    print(
+        f"plain forward {f_row * 1e3:.1f} ms per row; with a graph {f_grad:.3f} s, backward {b_grad:.3f} s per {b} prompts"
+    )
+    print(df.to_string(index=False))
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
