@@ -19,6 +19,7 @@ from selfrepair.gim.evaluate import logit_diff, run_circuit
 from selfrepair.gim.graph import Graph
 from selfrepair.gim.hooks import (
     POST_NORM_INPUT,
+    activation_recorder,
     attn_post_norms,
     forward_activations,
     head_rows,
@@ -55,7 +56,12 @@ def edge_scores(
     number of examples. ``eap-ig``: gradients averaged over the input embeddings
     interpolated from corrupt to clean at k/steps, k = 0..steps-1. ``gim*``: EAP
     under the GIM backward (all three modifications, or all but one).
-    One forward and one backward per batch (and per IG step).
+    Per batch: one forward and one backward (per IG step for ``eap-ig``) plus one forward
+    of the other input (``eap-ig``: of each input); the nodes' activations at the gradient
+    point are recorded in its forward when that forward is the model's own bit for bit
+    (not under ``freeze_norm``, which recomputes the norms: one more forward then). The
+    scores of each hook's columns are one product of the activation differences of their
+    parents (a prefix of the rows) with the hook's gradients.
 
     ``gradient_at`` (``eap`` and ``gim*``), where dL/d(input of v) is taken:
     ``"clean"`` (default; MIB's and the papers' numbers): on the clean run, the
@@ -81,18 +87,34 @@ def edge_scores(
     cfg = _method_config(method)
     slots = graph.backward_slots()
     rep = graph.n_heads // graph.n_kv_heads
+    # the contraction per hook: the parent rows (a prefix) of its columns, and per column its slot
+    plan = []
+    for name, cols in slots.items():
+        n = int(graph.valid[:, [j for j, _ in cols]].any(dim=1).nonzero().max()) + 1
+        order = list(dict.fromkeys(s for _, s in cols))
+        share = rep if (order != [None] and not name.endswith("q_input")) else 1
+        plan.append((name, n, order, [j for j, _ in cols], [order.index(s) for _, s in cols], share))
+    # the gradient forward's node activations are recorded in it when its values are the
+    # model's own, bit for bit (freeze_norm recomputes the norms: a separate forward then)
+    record = method != "eap-ig" and (cfg is None or not cfg.freeze_norm)
     device = _device(bridge)  # sums on the model's device, returned on the CPU (as graph.valid)
     total = torch.zeros(len(graph.forward), len(graph.backward), device=device)
     for b in data.batches(batch_size):
-        _, a_clean = forward_activations(bridge, graph, b.clean)
-        _, a_corr = forward_activations(bridge, graph, b.corrupt)
-        diff = a_corr - a_clean  # [B, T, F, d]
-        steps = [None] if method != "eap-ig" else [k / ig_steps for k in range(ig_steps)]
-        grads_sum = None
+        at = b.clean if gradient_at == "clean" else b.corrupt
+        other = b.corrupt if gradient_at == "clean" else b.clean
+        a_at = None
+        if method == "eap-ig":
+            _, a_clean = forward_activations(bridge, graph, b.clean)
+            _, a_corr = forward_activations(bridge, graph, b.corrupt)
+            steps = [k / ig_steps for k in range(ig_steps)]
+        else:
+            _, a_other = forward_activations(bridge, graph, other)
+            steps = [None]
+        grads_sum = {}
         for alpha in steps:
             grads = {}
             bwd_hooks = []
-            for name, cols in slots.items():
+            for name in slots:
 
                 def cap(x, hook, name=name):
                     # a fresh tensor: its gradient is the flow into this input only
@@ -114,19 +136,38 @@ def edge_scores(
                     return leaf["x"]
 
                 bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", make_leaf))
+                if record:
+                    rec_hooks, recorded = activation_recorder(graph)
+                    bwd_hooks += rec_hooks
             with gim(bridge, cfg) if cfg is not None else nullcontext():
                 with with_hooks(bridge, bwd_hooks):
-                    logits = bridge(b.clean if gradient_at == "clean" else b.corrupt)
+                    logits = bridge(at)
                     loss = -logit_diff(logits, b).sum()
                     loss.backward()
-            G = torch.zeros(diff.shape[0], diff.shape[1], len(graph.backward), graph.d_model, device=device)
-            for name, cols in slots.items():
-                g = grads[name]
-                for j, s in cols:
-                    G[:, :, j] = g if s is None else (g[:, :, s] / (rep if not name.endswith("q_input") else 1))
-            grads_sum = G if grads_sum is None else grads_sum + G
-        G = grads_sum / len(steps)
-        total += torch.einsum("btfd,btgd->fg", diff, G)
+            if alpha is None:
+                a_at = recorded() if record else forward_activations(bridge, graph, at)[1]
+            for name in slots:
+                grads_sum[name] = grads[name] if name not in grads_sum else grads_sum[name] + grads[name]
+        if method != "eap-ig":
+            a_clean, a_corr = (a_at, a_other) if gradient_at == "clean" else (a_other, a_at)
+        diff = (a_corr - a_clean).permute(2, 0, 1, 3).reshape(len(graph.forward), -1)  # [F, B*T*d]
+        del a_clean, a_corr, a_at
+        by_rows = {}  # hooks with the same parent rows (a layer's q, k, v inputs): one product
+        for name, n, order, js, pos, share in plan:
+            g = grads_sum[name] / len(steps)
+            if order == [None]:
+                g = g.reshape(-1, 1)
+            else:  # [B, T, S, d] -> [B*T*d, S], the slots of this hook's columns
+                g = g[:, :, order].permute(0, 1, 3, 2).reshape(-1, len(order))
+            if share != 1:
+                g = g / share
+            by_rows.setdefault(n, []).append((g, js, pos))
+        for n, parts in by_rows.items():
+            block = diff[:n] @ torch.cat([g for g, _, _ in parts], dim=1)  # sum over batch, position, hidden dim
+            start = 0
+            for g, js, pos in parts:
+                total[:n, js] += block[:, start : start + g.shape[1]][:, pos]
+                start += g.shape[1]
     return (total.cpu() / len(data)) * graph.valid
 
 
@@ -263,11 +304,18 @@ def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, bat
         names = dict.fromkeys(g[0] for g in groups)
         _, a = forward_activations(bridge, graph, b.clean, hooks=[(name, keep(name)) for name in names])
         live = position_weights(b.pos.cpu(), a.shape[1]).to(a.device, a.dtype)  # [B, T]
+        done = {}  # parents -> [(input, its scores)]: inputs equal bit for bit share them
         for name, slot, cols in groups:
             y = inputs[name] if slot is None else inputs[name][:, :, slot]
             parents = graph.valid[:, cols[0]]
-            shares = proximity_shares(a[:, :, parents], y)  # [B, T, K]
-            s = torch.einsum("btk,bt->k", shares, live).to(total.device)
+            seen = done.setdefault(parents.numpy().tobytes(), [])
+            s = next((s for y2, s in seen if torch.equal(y2, y)), None)
+            if s is None:  # (the q, k and v inputs of one layer's heads are one residual stream)
+                k = int(parents.sum())
+                prefix = bool(parents[:k].all())  # the parents are the first k rows: a view, no copy
+                shares = proximity_shares(a[:, :, :k] if prefix else a[:, :, parents], y)  # [B, T, K]
+                s = torch.einsum("btk,bt->k", shares, live).to(total.device)
+                seen.append((y, s))
             for j in cols:
                 total[parents, j] += s
     return (total / len(data)) * graph.valid

@@ -84,25 +84,56 @@ def forward_hooks(graph: Graph):
     return out
 
 
-def _stack_forward(graph: Graph, store: dict) -> torch.Tensor:
-    return torch.stack([store[i] for i in range(len(graph.forward))], dim=2)  # [B, T, F, d]
+def node_rows(graph: Graph):
+    """(hook name, first forward row, number of rows or None) of every upstream node's
+    hook: ``None`` for a [B, T, d] output (one row), n for a [B, T, n, d] one (n rows
+    from the first, a layer's heads); :func:`forward_hooks` in contiguous form."""
+    out = []
+    for name, slots in forward_hooks(graph):
+        rows = [i for i, _ in slots]
+        assert rows == list(range(rows[0], rows[0] + len(rows)))
+        out.append((name, rows[0], None if slots[0][1] is None else len(rows)))
+    return out
+
+
+def activation_recorder(graph: Graph):
+    """(hooks, result): forward hooks that write every upstream node's activation
+    (detached) in place into one [B, T, n_forward, d_model] buffer, allocated at the first
+    hook; ``result()`` returns the buffer once a forward has filled every row."""
+    n_forward = len(graph.forward)
+    state = {"buf": None, "rows": 0}
+    hooks = []
+    for name, first, n in node_rows(graph):
+
+        def rec(x, hook, first=first, n=n):
+            buf = state["buf"]
+            if buf is None:
+                shape = (x.shape[0], x.shape[1], n_forward, x.shape[-1])
+                buf = state["buf"] = torch.empty(shape, dtype=x.dtype, device=x.device)
+            if n is None:
+                buf[:, :, first] = x.detach()
+            else:
+                buf[:, :, first : first + n] = x.detach()[:, :, :n]
+            state["rows"] += 1 if n is None else n
+
+        hooks.append((name, rec))
+
+    def result() -> torch.Tensor:
+        if state["rows"] != n_forward:
+            raise RuntimeError(f"{state['rows']} of {n_forward} node activations were recorded")
+        return state["buf"]
+
+    return hooks, result
 
 
 @on_prepared
 def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits and activations of every upstream node, [B, T, n_forward, d_model]."""
-    store = {}
-    fwd = []
-    for name, slots in forward_hooks(graph):
-
-        def rec(x, hook, slots=slots):
-            for i, s in slots:
-                store[i] = (x if s is None else x[:, :, s]).detach()
-
-        fwd.append((name, rec))
+    """Logits and activations of every upstream node, [B, T, n_forward, d_model]
+    (:func:`activation_recorder`: one buffer, written in place as the forward goes)."""
+    fwd, result = activation_recorder(graph)
     with torch.no_grad():
         logits = bridge.run_with_hooks(tokens, fwd_hooks=list(hooks) + fwd)
-    return logits, _stack_forward(graph, store)
+    return logits, result()
 
 
 # ---------------------------------------------------------------- post-norms -----
@@ -128,8 +159,10 @@ def head_rows(graph: Graph) -> list[list[int]]:
     return [[1 + layer * step + h for h in range(graph.n_heads)] for layer in range(graph.n_layers)]
 
 
-def post_norm_shift(norm, pre: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+def post_norm_shift(norm, pre: torch.Tensor, delta: torch.Tensor, base: torch.Tensor | None = None) -> torch.Tensor:
     """How much the layer's attention output moves when the pre-norm sum ``pre`` moves by
     ``delta``: ``norm(pre + delta) - norm(pre)``, the norm's scale recomputed on the moved
-    sum (EAP-IG ``evaluate_graph``'s Gemma case), not frozen at ``pre``'s."""
-    return norm(pre + delta) - norm(pre)
+    sum (EAP-IG ``evaluate_graph``'s Gemma case), not frozen at ``pre``'s. ``delta`` may
+    carry leading dimensions (several moves of the same ``pre`` at once); ``base``:
+    ``norm(pre)`` when the caller has it already."""
+    return norm(pre + delta) - (norm(pre) if base is None else base)

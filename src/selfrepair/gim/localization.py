@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from selfrepair.gim.attribute import EACTP_MAX_EDGES, method_scores, too_large
-from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curve
+from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curves
 from selfrepair.gim.graph import Graph, selection_rule
 from selfrepair.gim.hooks import on_prepared
 from selfrepair.tasks.counterfactual import CounterfactualBatch
@@ -34,10 +34,11 @@ def localize(
     scores = method_scores(bridge, graph, data, method, batch_size, ig_steps)
     rows = []
     summary = {"method": method, "n_edges": graph.n_edges}
+    curves = faithfulness_curves(  # both rankings' circuits together: m_full, m_empty once
+        bridge, graph, data, scores, fractions, (False, True), batch_size, selection=selection_rule(method)
+    )
     for kind, absolute in (("signed", False), ("absolute", True)):
-        curve = faithfulness_curve(
-            bridge, graph, data, scores, fractions, absolute, batch_size, selection=selection_rule(method)
-        )
+        curve = curves[absolute]
         for p in curve["points"]:
             rows.append(
                 {"method": method, "ranking": kind, **p, "m_full": curve["m_full"], "m_empty": curve["m_empty"]}
