@@ -46,6 +46,34 @@ for _paper in ("heroes", "coax", "gim", "groundtruth"):
         config.setdefault(_paper, {})
         check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
 
+def config_problems(node, where=""):
+    """What the schemas cannot say: a number that is NaN or infinite (``lr: .nan`` would
+    otherwise reach training), heads that do not divide the width, and two list entries
+    with the same ``name`` (the second would silently replace the first)."""
+    import math
+
+    out = []
+    if isinstance(node, float) and not math.isfinite(node):
+        out.append(f"{where}: {node} is not a finite number")
+    elif isinstance(node, dict):
+        h, d = node.get("n_heads"), node.get("d_model")
+        if isinstance(h, int) and isinstance(d, int) and h > 0 and d % h:
+            out.append(f"{where}: n_heads ({h}) does not divide d_model ({d})")
+        for k, v in node.items():
+            out += config_problems(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(node, list):
+        names = [x.get("name") for x in node if isinstance(x, dict) and "name" in x]
+        for n in sorted({n for n in names if names.count(n) > 1}, key=str):
+            out.append(f"{where}: name {n!r} appears {names.count(n)} times (each entry needs its own name)")
+        for i, v in enumerate(node):
+            out += config_problems(v, f"{where}.{i}")
+    return out
+
+
+_problems = config_problems(dict(config))
+if _problems:
+    raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
+
 SRC = Path(workflow.basedir) / "src" / "selfrepair"
 from selfrepair.core.runtime import cuda_available as _cuda_available  # noqa: E402
 
