@@ -168,7 +168,9 @@ def main():
             args.repeats,
         )
         what = f"1 forward (corrupted) + {len(circuits)} forwards (clean, one per distinct circuit) per batch"
-        f, _ = timed(lambda: [(forward(b.corrupt), [forward(b.clean) for _ in circuits]) for b in batches], args.repeats)
+        f, _ = timed(
+            lambda: [(forward(b.corrupt), [forward(b.clean) for _ in circuits]) for b in batches], args.repeats
+        )
         rows.append({**base, "what": f"curve ({method} scores, {selection})", "seconds": s, "floor_seconds": f,
                      "ratio": s / f, "floor": what, "selection_seconds": select_s})  # fmt: skip
         print(f"  curve    {s:8.2f} s   floor {f:8.2f} s   ratio {s / f:5.2f}   ({what}; "

@@ -44,11 +44,15 @@ def configs(*extra):
         ("coax:\n  real: {prompt_style: bos}\n", "coax.real.prompt_style: 'bos' is not one of"),
         ("heroes:\n  train: {lr: .nan}\n", "heroes.train.lr: nan is not a finite number"),
         ("gim:\n  train: {lr: .inf}\n", "gim.train.lr: inf is not a finite number"),
-        ("gim:\n  models:\n    - {name: a, n_layers: 1, n_heads: 3, d_model: 16, d_mlp: 32}\n",
-         "gim.models.0: n_heads (3) does not divide d_model (16)"),
-        ("gim:\n  models:\n    - {name: a, n_layers: 1, n_heads: 2, d_model: 16, d_mlp: 32}\n"
-         "    - {name: a, n_layers: 2, n_heads: 2, d_model: 16, d_mlp: 32}\n",
-         "gim.models: name 'a' appears 2 times"),
+        (
+            "gim:\n  models:\n    - {name: a, n_layers: 1, n_heads: 3, d_model: 16, d_mlp: 32}\n",
+            "gim.models.0: n_heads (3) does not divide d_model (16)",
+        ),
+        (
+            "gim:\n  models:\n    - {name: a, n_layers: 1, n_heads: 2, d_model: 16, d_mlp: 32}\n"
+            "    - {name: a, n_layers: 2, n_heads: 2, d_model: 16, d_mlp: 32}\n",
+            "gim.models: name 'a' appears 2 times",
+        ),
         ("coax:\n  pruning: {sparsities: []}\n", "coax.pruning.sparsities: [] should be non-empty"),
     ],
 )
