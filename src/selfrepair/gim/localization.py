@@ -309,15 +309,7 @@ def run_mib(
 
     import pandas as pd
 
-    from selfrepair.core.models import (
-        CorruptCheckpoint,
-        ModelNotFound,
-        WeightsChanged,
-        check_context,
-        load_bridge,
-        model_identity,
-        resolve_local,
-    )
+    from selfrepair.core import models as M
     from selfrepair.core.progress import Progress
     from selfrepair.tasks import mib
 
@@ -326,15 +318,15 @@ def run_mib(
     for model in models:
         where = {"folder": "", "identity": ""}
         try:
-            folder = resolve_local(model, search_paths)
-            bridge = load_bridge(folder, device)
-            where = {"folder": str(folder), "identity": model_identity(folder)}
+            folder = M.resolve_local(model, search_paths)
+            bridge = M.load_bridge(folder, device)
+            where = {"folder": str(folder), "identity": M.model_identity(folder)}
             log.info("MIB model %s: folder %s, identity %s", model, where["folder"], where["identity"])
             check_supported(bridge)
             tokenizer = _model_tokenizer(model, search_paths, bridge)
-        except WeightsChanged:
+        except M.WeightsChanged:
             raise
-        except (ModelNotFound, CorruptCheckpoint, NotImplementedError) as err:
+        except (M.ModelNotFound, M.CorruptCheckpoint, NotImplementedError) as err:
             status += [
                 {"model": model, "dataset": d, "status": "not run", "reason": str(err), **where} for d in datasets
             ]
@@ -348,7 +340,7 @@ def run_mib(
         for d in datasets:
             try:
                 data = mib.load(d, tokenizer, n_eval, search_paths)
-                check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
+                M.check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
             except (mib.DatasetNotFound, ValueError) as err:  # ContextTooShort is a ValueError
                 status.append({"model": model, "dataset": d, "status": "not run", "reason": str(err), **where})
                 continue
@@ -363,7 +355,7 @@ def run_mib(
                             _, _, curve, summary = localize(bridge, data, method, fractions, batch_size, ig_steps)
                         got_rows.append({"task": d, "model": model, **summary, "identity": where["identity"]})
                         got_curves.append(curve.assign(task=d, model=model))
-            except WeightsChanged:
+            except M.WeightsChanged:
                 raise
             except Exception as err:  # one pair's failure must not lose the others' results
                 log.exception("MIB %s on %s failed; its status row says so and the other pairs go on", d, model)
