@@ -8,7 +8,8 @@ places and objects as single tokens) and small MIB-format datasets. A model whos
 weights would pass ``--max-params`` (Llama-3.1-8B in 24 GB) is built at its real width
 with fewer layers, and its costs are projected by layers (``layer_exponent``: 2 for COAX's scans, whose
 heads grow with the layers, 1 for MIB's methods), and to the default config's number of
-prompts (``cpu_h_config_projected``: CPU hours, linear in rows).
+prompts (``hours_config_projected``: hours on one thread, from the wall seconds, linear
+in rows).
 
 Each part then runs through the workflow, one Snakemake job per (model, part), with
 ``search_paths`` pointing at the stand-ins: COAX IOI, wake-up and induction (rule
@@ -293,7 +294,8 @@ def run_part(name: str, part: str, root: Path, info: dict, args) -> dict:
         layer_exponent=k,
         wall_s_all_layers=round(row["wall_s"] * scale, 1),
         config_n=n_cfg * sets,
-        cpu_h_config_projected=round(row["cpu_s"] * scale * n_cfg * sets / row["n"] / 3600, 2),
+        # from the wall seconds: Snakemake samples cpu_time, which misses most of a short job
+        hours_config_projected=round(row["wall_s"] * scale * n_cfg * sets / row["n"] / 3600, 2),
         weights_gb_fp32=round(info["params_real"] * 4 / 1e9, 2),
     )
     return row
@@ -350,13 +352,13 @@ def check_outputs(name: str, part: str, d: Path, status: pd.DataFrame) -> tuple[
 def markdown(table: pd.DataFrame) -> str:
     """The table as docs/RESULTS.md shows it: one row per (model, part)."""
     cols = ["model", "part", "layers", "params (B)", "n", "ran", "wall s", "CPU s", "peak GB",
-            "CPU h, default config (projected)", "check"]  # fmt: skip
+            "hours, default config (projected)", "check"]  # fmt: skip
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in table.iterrows():
         layers = f"{r.layers_built}/{r.layers_real}"
         cells = [r.model, r.part, layers, f"{r.params_real / 1e9:.2f}", r.n, "yes" if r.ran else "NO",
                  r.get("wall_s", ""), r.get("cpu_s", ""), r.get("peak_rss_gb", ""),
-                 r.get("cpu_h_config_projected", ""), str(r.check).replace("|", "/")]  # fmt: skip
+                 r.get("hours_config_projected", ""), str(r.check).replace("|", "/")]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
