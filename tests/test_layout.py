@@ -29,7 +29,9 @@ LAYERS = ("core", "tasks") + PAPERS + (TOP, TOOLS)
 # own recipe (attention-head dropout), coax.ioi_experiment.train_toy.
 SHARED = {("gim", "selfrepair.coax.ioi_experiment")}
 # What tasks/ may take from the core: saving and loading tensors (CounterfactualBatch files).
-TASKS_FROM_CORE = {"selfrepair.core.runtime"}
+# what tasks/ may use of core/: I/O only (the runtime; where a dataset lies on disk),
+# nothing that computes
+TASKS_FROM_CORE = {"selfrepair.core.runtime", "selfrepair.core.local_files"}
 
 
 def modules() -> list[str]:
