@@ -348,7 +348,11 @@ rule coax_real:
         real=COAX["real"],
         # what of the real models is on this machine: the job reruns when weights arrive or change
         local=lambda w: _local_files.presence(
-            [COAX["real"]["ioi_model"], *COAX["real"]["wakeup_models"], *COAX["real"]["induction_models"]],
+            [
+                COAX["real"]["ioi_model"],
+                *COAX["real"]["wakeup_models"],
+                *COAX["real"]["induction_models"],
+            ],
             search_paths=COAX["real"]["search_paths"],
         ),
         protocol=COAX["protocol"],

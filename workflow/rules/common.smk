@@ -46,6 +46,7 @@ for _paper in ("heroes", "coax", "gim", "groundtruth"):
         config.setdefault(_paper, {})
         check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
 
+
 def config_problems(node, where=""):
     """What the schemas cannot say: a number that is NaN or infinite (``lr: .nan`` would
     otherwise reach training), heads that do not divide the width, and two list entries
@@ -64,7 +65,9 @@ def config_problems(node, where=""):
     elif isinstance(node, list):
         names = [x.get("name") for x in node if isinstance(x, dict) and "name" in x]
         for n in sorted({n for n in names if names.count(n) > 1}, key=str):
-            out.append(f"{where}: name {n!r} appears {names.count(n)} times (each entry needs its own name)")
+            out.append(
+                f"{where}: name {n!r} appears {names.count(n)} times (each entry needs its own name)"
+            )
         for i, v in enumerate(node):
             out += config_problems(v, f"{where}.{i}")
     return out
