@@ -380,7 +380,7 @@ def test_one_failing_model_costs_its_row_not_the_others(tiny_real_models, tmp_pa
     monkeypatch.setattr(real_models.induction_experiment, "run_induction", fails_on_neox)
     status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu")
     st = status.set_index(["experiment", "model"])
-    length = ioi.gpt2_prompts(real_models.load_bridge(tiny_real_models / "tiny-gpt2").tokenizer, 8, 1).tokens.shape[1]
+    length = ioi.gpt2_prompts(models.load_bridge(tiny_real_models / "tiny-gpt2").tokenizer, 8, 1).tokens.shape[1]
     short = f"not run: the IOI prompts are {length} tokens long, longer than tiny-short's context of 8 tokens (n_ctx)"
     assert st.loc[("ioi", "tiny-short"), "reason"] == short
     assert st.loc[("wakeup", "tiny-short"), "reason"] == short
@@ -407,7 +407,7 @@ def test_induction_progress_plan_is_the_rows_it_runs(tiny_real_models, caplog):
     import re
 
     ind_cfg = {"n_prompts": 8, "data_seed": 3, "ks": [2, 4], "n_primary": 2, "n_random": 2, "protocol": "v1"}
-    b = real_models.load_bridge(tiny_real_models / "tiny-llama")
+    b = models.load_bridge(tiny_real_models / "tiny-llama")
     with caplog.at_level(logging.INFO, logger="selfrepair.progress"):
         real_models._run_induction(b, "tiny-llama", {"induction_T": 6}, ind_cfg, 16, 2048, 1000.0)
     done = [m for m in caplog.messages if " done in " in m]

@@ -19,9 +19,7 @@ from selfrepair.core.models import (
     ModelNotFound,
     WeightsChanged,
     check_context,
-    load_bridge,
-    model_identity,
-    resolve_local,
+    load_identified,
 )
 from selfrepair.core.progress import Progress
 from selfrepair.core.published import Holds
@@ -87,9 +85,8 @@ class _Models:
     def boot(self, name):
         if name not in self.cache:
             try:
-                folder = resolve_local(name, self.search_paths)
-                bridge = load_bridge(folder, self.device)
-                self.info[name] = (str(folder), model_identity(folder))
+                bridge, folder, identity = load_identified(name, self.device, self.search_paths)
+                self.info[name] = (str(folder), identity)
                 n_par = sum(p.numel() for p in bridge.original_model.parameters())
                 log.info(
                     "model %s: folder %s, identity %s, %s, %d layers x %d heads, d_model %d, %.1fM parameters, "

@@ -310,6 +310,14 @@ def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: l
     return bridge
 
 
+def load_identified(name_or_path: str | Path, device: str = "cpu", search_paths: list[str] | None = None):
+    """(bridge, folder, identity) of a model found offline (:func:`resolve_local`): what
+    the real-model rules boot, and name in their status rows (:func:`model_identity`)."""
+    folder = resolve_local(str(name_or_path), search_paths)
+    bridge = load_bridge(folder, device)
+    return bridge, folder, model_identity(folder)
+
+
 def read_meta(folder: str | Path) -> dict:
     """The folder's ``selfrepair.json`` ({} when there is none)."""
     f = Path(folder) / "selfrepair.json"

@@ -318,9 +318,8 @@ def run_mib(
     for model in models:
         where = {"folder": "", "identity": ""}
         try:
-            folder = M.resolve_local(model, search_paths)
-            bridge = M.load_bridge(folder, device)
-            where = {"folder": str(folder), "identity": M.model_identity(folder)}
+            bridge, folder, identity = M.load_identified(model, device, search_paths)
+            where = {"folder": str(folder), "identity": identity}
             log.info("MIB model %s: folder %s, identity %s", model, where["folder"], where["identity"])
             check_supported(bridge)
             tokenizer = _model_tokenizer(model, search_paths, bridge)
