@@ -1,6 +1,7 @@
 """MIB path: tiny random models of each architecture and a MIB-format dataset written here."""
 
 import json
+import re
 import warnings
 
 import pytest
@@ -148,3 +149,69 @@ def test_one_failing_pair_costs_its_row_not_the_others(tmp_path, monkeypatch):
     assert st.loc["arithmetic_addition", "status"] == "ran"  # 3 words fit
     assert (status.folder == str(short)).all() and (status.identity == model_identity(short)).all()
     assert list(table.task) == ["arithmetic_addition"] and list(table.identity) == [model_identity(short)]
+
+
+def _rewrite(path, edit):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    edit(rows)
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+
+
+@pytest.mark.parametrize(
+    "name, edit, message",
+    [
+        # issue 33: a row without metadata ended the job with "'float' object is not subscriptable"
+        ("ioi", lambda r: r[2].pop("metadata"), "row 2: field 'metadata' is missing"),
+        ("ioi", lambda r: r[1]["metadata"].pop("subject"), "row 1: field 'metadata.subject' is missing"),
+        # a renamed counterfactual field gave "You need to specify either `text` or `text_target`"
+        (
+            "ioi",
+            lambda r: r[3].update(io_flip=r[3].pop("s2_io_flip_counterfactual")),
+            "row 3: field 's2_io_flip_counterfactual' is missing",
+        ),
+        ("ioi", lambda r: r[0].update(prompt=7), "row 0: field 'prompt' is a int, not a string"),
+        (
+            "arithmetic_addition",
+            lambda r: r[4].update(random_counterfactual="t1 t2 t9"),
+            "row 4: field 'random_counterfactual' is a string; arithmetic_addition needs an object with its own label",
+        ),
+        (
+            "arithmetic_addition",
+            lambda r: r[5]["random_counterfactual"].pop("label"),
+            "row 5: field 'random_counterfactual.label' is missing",
+        ),
+        ("copycolors_mcqa", lambda r: r[1].update(answerKey=5), "row 1: field 'answerKey' is 5, outside the 3 choices"),
+        (
+            "copycolors_mcqa",
+            lambda r: r[2]["symbol_counterfactual"].update(answerKey="t9"),
+            "row 2: field 'symbol_counterfactual.answerKey' is 't9', not one of the labels ['t2', 't3', 't1']",
+        ),
+        ("copycolors_mcqa", lambda r: r[0].pop("choices"), "row 0: field 'choices' is missing"),
+    ],
+)
+def test_a_bad_row_is_named_by_file_row_and_field(tmp_path, name, edit, message):
+    _datasets(tmp_path)
+    f = tmp_path / name / "test.jsonl"
+    _rewrite(f, edit)
+    rows = mib.read_rows(tmp_path / name)
+    with pytest.raises(mib.DatasetRowError, match=re.escape(f"{f}: {message}")):
+        for _, row in rows.iterrows():
+            mib.answers(name, row)
+
+
+def test_a_bad_row_costs_its_dataset_not_the_job(tmp_path):
+    """Before: one IOI row without metadata lost every dataset's results (TypeError)."""
+    short = tmp_path / "models" / "m"
+    save_model(build_gpt2_toy(gpt2_toy_config(len(VOCAB), 1, 2, 16, 32, n_ctx=16), seed=1, positional=True), short)
+    save_word_tokenizer(short, VOCAB)
+    _datasets(tmp_path / "data")
+    f = tmp_path / "data" / "ioi" / "test.jsonl"
+    _rewrite(f, lambda r: r[2].pop("metadata"))
+    status, table, _ = run_mib(
+        [str(short)], ["ioi", "arithmetic_addition"], ["eap"], n_eval=4,
+        search_paths=[str(tmp_path / "data")], batch_size=4, fractions=(0.5, 1.0),
+    )  # fmt: skip
+    st = status.set_index("dataset")
+    assert st.loc["ioi", "status"] == "not run"
+    assert st.loc["ioi", "reason"] == f"{f}: row 2: field 'metadata' is missing"
+    assert st.loc["arithmetic_addition", "status"] == "ran" and list(table.task) == ["arithmetic_addition"]

@@ -153,25 +153,25 @@ def flip_one_byte(folder):
     return hashlib.sha256(bytes(b)).hexdigest()
 
 
-def test_save_model_records_the_weights_hash(saved):
+def test_save_model_records_the_hash_of_every_file_it_wrote(saved):
     meta = models.read_meta(saved)
     assert meta["task"] == "sort"
-    assert meta["weights_sha256"] == {
-        "model.safetensors": hashlib.sha256((saved / "model.safetensors").read_bytes()).hexdigest()
-    }
+    names = ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(p.name for p in saved.iterdir()) == sorted(names + ["selfrepair.json"])
+    assert meta["files_sha256"] == {n: hashlib.sha256((saved / n).read_bytes()).hexdigest() for n in names}
     models.load_hf(saved)  # the record matches: loads
 
 
-def test_save_model_without_meta_records_the_hash_too(tmp_path):
+def test_save_model_without_meta_records_the_hashes_too(tmp_path):
     cfg = models.gpt2_toy_config(S.VOCAB, n_layers=1, n_heads=1, d_model=8, d_mlp=16, n_ctx=8)
     models.save_model(models.build_gpt2_toy(cfg), tmp_path / "m")
-    assert set(models.read_meta(tmp_path / "m")) == {"weights_sha256"}
+    assert set(models.read_meta(tmp_path / "m")) == {"files_sha256"}
 
 
 def test_edited_weights_are_refused_naming_the_folder(saved):
-    recorded = models.read_meta(saved)["weights_sha256"]["model.safetensors"]
+    recorded = models.read_meta(saved)["files_sha256"]["model.safetensors"]
     now = flip_one_byte(saved)
-    msg = f"weights of {saved} changed since they were saved: model.safetensors sha256 {recorded} recorded"
+    msg = f"model folder {saved} changed since it was saved: model.safetensors sha256 {recorded} recorded"
     for load in (models.load_hf, models.load_bridge):
         with pytest.raises(models.WeightsChanged, match=re.escape(msg)) as err:
             load(saved)
@@ -186,12 +186,77 @@ def test_folder_without_a_recorded_hash_loads_as_before(saved, record):
     meta_file = saved / "selfrepair.json"
     if record == "key-removed":
         meta = json.loads(meta_file.read_text())
-        del meta["weights_sha256"]
+        del meta["files_sha256"]
         meta_file.write_text(json.dumps(meta))
     else:
         meta_file.unlink()
     flip_one_byte(saved)  # unnoticed without a record, as before
     models.load_hf(saved)
+
+
+@pytest.mark.parametrize(
+    "edit, what",
+    [
+        # issue 33: n_head 2 -> 1 and gelu -> relu loaded silently and changed every CPR
+        (lambda c: {**c, "n_head": 1}, "config.json sha256"),
+        (lambda c: {**c, "activation_function": "relu"}, "config.json sha256"),
+    ],
+)
+def test_edited_config_is_refused_naming_the_file(saved, edit, what):
+    f = saved / "config.json"
+    f.write_text(json.dumps(edit(json.loads(f.read_text()))))
+    for load in (models.load_hf, models.load_bridge):
+        with pytest.raises(
+            models.WeightsChanged, match=re.escape(f"model folder {saved} changed since it was saved: {what}")
+        ) as err:
+            load(saved)
+        assert "--forcerun" in str(err.value)
+
+
+def test_removed_or_added_model_file_is_refused(saved):
+    (saved / "generation_config.json").unlink()
+    with pytest.raises(models.WeightsChanged, match=re.escape("generation_config.json sha256 ")) as err:
+        models.load_hf(saved)
+    assert "(file missing) now" in str(err.value)
+
+
+def test_a_weights_file_that_appeared_after_the_save_is_refused(saved):
+    import shutil
+
+    shutil.copy(saved / "model.safetensors", saved / "model-00002-of-00002.safetensors")
+    msg = "model-00002-of-00002.safetensors appeared (not among the files recorded"
+    with pytest.raises(models.WeightsChanged, match=re.escape(msg)):
+        models.load_hf(saved)
+
+
+def test_edited_tokenizer_of_a_trained_toy_is_refused(tmp_path):
+    """Paper C's toys save their word-level tokenizer with the model: it is in the record,
+    and an edited vocabulary stops the load."""
+    from selfrepair.tasks.counterfactual import save_word_tokenizer
+
+    cfg = models.gpt2_toy_config(S.VOCAB, n_layers=1, n_heads=1, d_model=8, d_mlp=16, n_ctx=8)
+    folder = tmp_path / "m"
+    vocab = [f"w{i}" for i in range(S.VOCAB)]
+    models.save_model(models.build_gpt2_toy(cfg), folder, {}, tokenizer=lambda f: save_word_tokenizer(f, vocab))
+    assert "tokenizer.json" in models.read_meta(folder)["files_sha256"]
+    models.load_bridge(folder)
+    t = folder / "tokenizer.json"
+    t.write_text(t.read_text().replace('"w3"', '"w3x"'))
+    with pytest.raises(models.WeightsChanged, match=re.escape("tokenizer.json sha256 ")):
+        models.load_bridge(folder)
+
+
+def test_older_weights_only_record_still_checks_the_weights(saved):
+    """A folder saved before every file was recorded (the committed golden checkpoints)
+    keeps its weights check; its config is not covered."""
+    f = saved / "selfrepair.json"
+    meta = json.loads(f.read_text())
+    meta["weights_sha256"] = {"model.safetensors": meta.pop("files_sha256")["model.safetensors"]}
+    f.write_text(json.dumps(meta))
+    models.load_hf(saved)
+    flip_one_byte(saved)
+    with pytest.raises(models.WeightsChanged, match="model.safetensors sha256"):
+        models.load_hf(saved)
 
 
 def test_unreadable_selfrepair_json_is_named(saved):

@@ -114,69 +114,103 @@ def build_gpt2_toy(config, init: str = "transformers", seed: int = 0, positional
     return model
 
 
-def save_model(model, folder: str | Path, meta: dict | None = None) -> None:
-    """``save_pretrained`` (safetensors) plus ``selfrepair.json``: the metadata ``meta``
-    (if any) and, under ``weights_sha256``, the SHA-256 of every weights file written, which
-    ``load_hf`` checks (a model folder is a Snakemake ``directory()`` output, so Snakemake
-    does not notice a file inside it that changed).
+def save_model(model, folder: str | Path, meta: dict | None = None, tokenizer=None) -> None:
+    """``save_pretrained`` (safetensors), then ``tokenizer`` (a callable that writes the
+    tokenizer files into the folder, if any), then ``selfrepair.json``: the metadata
+    ``meta`` (if any) and, under ``files_sha256``, the SHA-256 of every file the save wrote
+    (config.json, generation_config.json, the weights, the tokenizer's files), which every
+    load checks (a model folder is a Snakemake ``directory()`` output, so Snakemake does
+    not notice a file inside it that changed).
 
     The weights files are rewritten through ``runtime.atomic_path``: ``save_pretrained``
     (safetensors) leaves them 0o600, and they get the permissions of every other output
     (0o666 less the umask, and any default ACL)."""
-    import hashlib
-
     from selfrepair.core import runtime
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
-    hashes = {}
     for f in sorted(folder.glob("*.safetensors")):
         data = f.read_bytes()  # small files (the largest toy model: a few MB)
         with runtime.atomic_path(f) as tmp:
             tmp.write_bytes(data)
-        hashes[f.name] = hashlib.sha256(data).hexdigest()
+    if tokenizer is not None:
+        tokenizer(folder)
+    hashes = {f.name: _sha256(f) for f in _recordable(folder)}
     if meta is not None and runtime.NUMERICS_RECORD is not None:  # trained in a workflow job: how its floats came about
         meta = {**meta, "numerics": runtime.NUMERICS_RECORD}
-    runtime.write_json(folder / "selfrepair.json", {**(meta or {}), WEIGHTS_KEY: hashes})
+    runtime.write_json(folder / "selfrepair.json", {**(meta or {}), FILES_KEY: hashes})
 
 
-WEIGHTS_KEY = "weights_sha256"  # selfrepair.json: {weights file name: SHA-256}, written by save_model
+FILES_KEY = "files_sha256"  # selfrepair.json: {file name: SHA-256} of every file save_model wrote
+WEIGHTS_KEY = "weights_sha256"  # the older record: the weights files only (folders saved before FILES_KEY)
+# The files of a model folder that the record covers (config, weights, tokenizer).
+_MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt")
+# A weights file that appears after the save (another shard, a .bin beside the safetensors)
+# changes what loads and is refused too; a tokenizer added later (tests and users save one
+# beside an existing model) is not in the record and is not checked.
+_WEIGHT_FILES = ("*.safetensors", "*.bin")
+
+
+def _recordable(folder: Path) -> list[Path]:
+    return sorted({f for pat in _MODEL_FILES for f in folder.glob(pat) if f.is_file() and f.name != "selfrepair.json"})
+
+
+def _sha256(f: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 23), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 class WeightsChanged(RuntimeError):
-    """A model folder's weights differ from the ones ``save_model`` wrote there.
+    """A file of a model folder (its config, weights or tokenizer) differs from the one
+    ``save_model`` wrote there, is gone, or appeared since.
 
     Not a CorruptCheckpoint: callers that turn an unreadable model into a "not run" status
     must not do so for an edited one."""
 
 
 def check_unchanged(folder: str | Path) -> None:
-    """Raise WeightsChanged, naming the folder and file, if a weights file of ``folder``
-    no longer has the SHA-256 that ``save_model`` recorded in its ``selfrepair.json``.
+    """Raise WeightsChanged, naming the folder, the file and the fix, if a file that
+    ``save_model`` recorded in ``selfrepair.json`` no longer has its SHA-256 or is gone,
+    or (for a ``files_sha256`` record) a weights file appeared that the save did not write.
 
-    Folders without a record (saved before the record existed, the committed golden
-    checkpoints of older runs, a Hugging Face cache snapshot) are not checked: they load
-    as before."""
-    import hashlib
-
+    Folders with the older ``weights_sha256`` record have their weights checked only.
+    Folders without a record (saved before the record existed, a Hugging Face cache
+    snapshot) are not checked: they load as before."""
     folder = Path(folder)
-    recorded = read_meta(folder).get(WEIGHTS_KEY)
+    meta = read_meta(folder)
+    key = FILES_KEY if FILES_KEY in meta else WEIGHTS_KEY
+    recorded = meta.get(key)
     if recorded is None:
         return  # an older folder, saved before save_model recorded hashes
     if not isinstance(recorded, dict):
         raise CorruptCheckpoint(
-            f"{folder / 'selfrepair.json'}: key {WEIGHTS_KEY!r} is a {type(recorded).__name__}, "
+            f"{folder / 'selfrepair.json'}: key {key!r} is a {type(recorded).__name__}, "
             "not an object of file names and SHA-256 digests"
         )
+    fix = (
+        f"Retrain it: delete {folder} and rerun snakemake (or rerun with --forcerun <its training rule>); "
+        "or undo the edit"
+    )
     for name, want in sorted(recorded.items()):
         f = folder / name
-        now = hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else "(file missing)"
+        now = _sha256(f) if f.exists() else "(file missing)"
         if now != want:
             raise WeightsChanged(
-                f"weights of {folder} changed since they were saved: {name} sha256 {want} recorded "
-                f"in selfrepair.json, {now} now. Retrain it: delete {folder} and rerun snakemake "
-                "(or rerun with --forcerun <its training rule>)"
+                f"model folder {folder} changed since it was saved: {name} sha256 {want} recorded "
+                f"in selfrepair.json, {now} now. {fix}"
+            )
+    if key == FILES_KEY:
+        new = sorted({f.name for pat in _WEIGHT_FILES for f in folder.glob(pat)} - set(recorded))
+        if new:
+            raise WeightsChanged(
+                f"model folder {folder} changed since it was saved: {', '.join(new)} appeared "
+                f"(not among the files recorded in selfrepair.json). {fix}"
             )
 
 
@@ -340,13 +374,8 @@ def model_identity(folder: str | Path) -> str:
     total = hashlib.sha256()
     files = [folder / "config.json"] + sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
     for f in files:
-        if not f.exists():
-            continue
-        h = hashlib.sha256()
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 23), b""):
-                h.update(block)
-        total.update(f"{f.name}\0{h.hexdigest()}\n".encode())
+        if f.exists():
+            total.update(f"{f.name}\0{_sha256(f)}\n".encode())
     return total.hexdigest()[:16]
 
 

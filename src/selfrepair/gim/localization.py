@@ -340,8 +340,15 @@ def run_mib(
             try:
                 data = mib.load(d, tokenizer, n_eval, search_paths)
                 M.check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
-            except (mib.DatasetNotFound, ValueError) as err:  # ContextTooShort is a ValueError
+            except (mib.DatasetNotFound, ValueError) as err:  # DatasetRowError, ContextTooShort are ValueErrors
                 status.append({"model": model, "dataset": d, "status": "not run", "reason": str(err), **where})
+                continue
+            except Exception as err:  # the tokenizer on an odd row: this pair's rows, not the job
+                log.exception(
+                    "MIB %s cannot be read for %s; its status row says so and the other pairs go on", d, model
+                )
+                reason = f"failed reading the dataset: {type(err).__name__}: {err}"
+                status.append({"model": model, "dataset": d, "status": "not run", "reason": reason, **where})
                 continue
             skipped, got_rows, got_curves = [], [], []
             try:

@@ -63,8 +63,7 @@ def train_task_model(
 def _save(model, folder, task, seed: int, res) -> dict:
     """Save a trained task model with its tokenizer and metadata; return the metadata."""
     meta = {"task": task.name, "seed": seed, "steps": res.steps, "accuracy": res.final_accuracy, "seconds": res.seconds}
-    save_model(model.cpu(), folder, meta)
-    save_word_tokenizer(folder, task.vocab)
+    save_model(model.cpu(), folder, meta, tokenizer=lambda f: save_word_tokenizer(f, task.vocab))
     return meta
 
 

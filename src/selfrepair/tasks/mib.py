@@ -59,7 +59,17 @@ def resolve_dataset(name: str, search_paths: list[str] | None = None) -> Path:
     return found
 
 
+class DatasetRowError(ValueError):
+    """A row of a MIB dataset file lacks a field its dataset needs, or holds it in another
+    form; the message names the file, the row and the field."""
+
+
+ROW_FILE, ROW_INDEX = "_mib_file", "_mib_row"  # where each row of read_rows came from
+
+
 def read_rows(folder: Path, split: str | None = None) -> pd.DataFrame:
+    """Every row of the dataset's files (of ``split`` where the file names say), with the
+    file and the row's index in it in columns ROW_FILE and ROW_INDEX."""
     files = sorted([p for p in Path(folder).rglob("*") if p.suffix in (".parquet", ".jsonl", ".json")])
     if split:
         chosen = [p for p in files if split in p.name or split in p.parent.name]
@@ -68,43 +78,126 @@ def read_rows(folder: Path, split: str | None = None) -> pd.DataFrame:
         raise DatasetNotFound(f"no *.parquet / *.jsonl / *.json files in {folder}")
     frames = []
     for p in files:
-        if p.suffix == ".parquet":
-            frames.append(pd.read_parquet(p))
-        elif p.suffix == ".jsonl":
-            frames.append(pd.read_json(p, lines=True))
-        else:
-            data = json.loads(p.read_text())
-            frames.append(pd.DataFrame(data if isinstance(data, list) else data.get("data", [])))
+        try:
+            if p.suffix == ".parquet":
+                frame = pd.read_parquet(p)
+            elif p.suffix == ".jsonl":
+                frame = pd.read_json(p, lines=True)
+            else:
+                data = json.loads(p.read_text())
+                frame = pd.DataFrame(data if isinstance(data, list) else data.get("data", []))
+        except Exception as err:  # pyarrow, pandas and json raise several types for a damaged file
+            raise DatasetRowError(f"{p}: cannot be read as a MIB dataset file: {err}") from err
+        frames.append(frame.assign(**{ROW_FILE: str(p), ROW_INDEX: range(len(frame))}))
     return pd.concat(frames, ignore_index=True)
 
 
-def _field(row, key):
+def _where(row) -> str:
+    return f"{row[ROW_FILE]}: row {row[ROW_INDEX]}" if ROW_FILE in row else "row"
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)  # a field absent from one JSON row reads as NaN
+
+
+def _field(row, key, kinds=None):
+    """Field ``key`` of ``row`` (a JSON object stored as a string is decoded), which must
+    be present and, when ``kinds`` is given, of one of those types; DatasetRowError
+    naming the file, row and field otherwise."""
     v = row[key] if key in row else None
-    return json.loads(v) if isinstance(v, str) and v.startswith("{") else v
+    if isinstance(v, str) and v.startswith("{"):
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError as err:
+            raise DatasetRowError(f"{_where(row)}: field {key!r} is not valid JSON: {err}") from err
+    if _missing(v):
+        raise DatasetRowError(f"{_where(row)}: field {key!r} is missing")
+    if kinds and not isinstance(v, kinds):
+        raise DatasetRowError(f"{_where(row)}: field {key!r} is a {type(v).__name__}, not {_kind_names(kinds)}")
+    return v
 
 
-def _cf_prompt(cf):
-    return cf["prompt"] if isinstance(cf, dict) else cf
+def _kind_names(kinds) -> str:
+    names = {str: "a string", dict: "an object", int: "an integer", float: "a number"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _symbol(d):
-    choices = d["choices"]
-    key = d["answerKey"]
-    labels = choices["label"] if isinstance(choices, dict) else choices
-    return labels[int(key)] if not isinstance(key, str) or key.isdigit() else key
+def _sub(row, key, d: dict, sub: str, kinds=None):
+    """``d[sub]``, where ``d`` is field ``key`` of ``row``: present, of ``kinds``."""
+    v = d.get(sub) if isinstance(d, dict) else None
+    if _missing(v):
+        raise DatasetRowError(f"{_where(row)}: field {key + '.' + sub!r} is missing")
+    if kinds and not isinstance(v, kinds):
+        raise DatasetRowError(
+            f"{_where(row)}: field {key + '.' + sub!r} is a {type(v).__name__}, not {_kind_names(kinds)}"
+        )
+    return v
+
+
+def _cf_prompt(row, cf_key, cf):
+    return cf if isinstance(cf, str) else _sub(row, cf_key, cf, "prompt", (str,))
+
+
+def _symbol(row, key: str, d) -> str:
+    """The answer symbol of the multiple-choice ``d`` (the row itself when key is "")."""
+    prefix = f"{key}." if key else ""
+
+    def get(sub):
+        return _sub(row, key, d, sub) if key else _field(row, sub)
+
+    choices = get("choices")
+    labels = choices.get("label") if isinstance(choices, dict) else choices
+    if hasattr(labels, "tolist"):  # a parquet list column reads as a numpy array
+        labels = labels.tolist()
+    if not isinstance(labels, list) or not labels:
+        raise DatasetRowError(f"{_where(row)}: field {prefix + 'choices'!r} has no list of labels")
+    answer = get("answerKey")
+    if hasattr(answer, "item"):
+        answer = answer.item()
+    if isinstance(answer, str) and not answer.isdigit():
+        if answer not in [str(x) for x in labels]:
+            raise DatasetRowError(
+                f"{_where(row)}: field {prefix + 'answerKey'!r} is {answer!r}, not one of the labels {labels}"
+            )
+        return answer
+    try:
+        i = int(answer)
+    except (TypeError, ValueError):
+        raise DatasetRowError(
+            f"{_where(row)}: field {prefix + 'answerKey'!r} is {answer!r}, neither a label nor an index"
+        ) from None
+    if not 0 <= i < len(labels):
+        raise DatasetRowError(
+            f"{_where(row)}: field {prefix + 'answerKey'!r} is {i}, outside the {len(labels)} choices"
+        )
+    return str(labels[i])
 
 
 def answers(name: str, row) -> tuple[str, str, str, str]:
-    """(clean prompt, counterfactual prompt, answer string, foil string) of one row."""
+    """(clean prompt, counterfactual prompt, answer string, foil string) of one row;
+    DatasetRowError naming the file, row and field when the row lacks what ``name``
+    needs."""
     cf_key, kind = SPECS[name]
-    cf = _field(row, cf_key)
-    clean, corrupt = row["prompt"], _cf_prompt(cf)
+    clean = _field(row, "prompt", (str,))
+    cf = _field(row, cf_key, (str, dict))
+    corrupt = _cf_prompt(row, cf_key, cf)
     if kind == "ioi":
-        meta = _field(row, "metadata")
-        return clean, corrupt, meta["indirect_object"], meta["subject"]
+        meta = _field(row, "metadata", (dict,))
+        return (
+            clean,
+            corrupt,
+            _sub(row, "metadata", meta, "indirect_object", (str,)),
+            _sub(row, "metadata", meta, "subject", (str,)),
+        )
+    if not isinstance(cf, dict):
+        raise DatasetRowError(
+            f"{_where(row)}: field {cf_key!r} is a string; {name} needs an object with its own "
+            + ("choices and answerKey" if kind == "mcqa" else "label")
+        )
     if kind == "mcqa":
-        return clean, corrupt, str(_symbol(row)), str(_symbol(cf))
-    return clean, corrupt, str(row["label"]), str(cf["label"])
+        return clean, corrupt, _symbol(row, "", row), _symbol(row, cf_key, cf)
+    label = (str, int, float)
+    return clean, corrupt, str(_field(row, "label", label)), str(_sub(row, cf_key, cf, "label", label))
 
 
 def load(
@@ -114,9 +207,9 @@ def load(
     if name not in SPECS:
         raise ValueError(f"unknown MIB dataset {name!r}; one of {sorted(SPECS)}")
     rows = read_rows(resolve_dataset(name, search_paths), split)
+    texts = [answers(name, row) for _, row in rows.iterrows()]  # every row's fields checked before any is used
     pairs = []
-    for _, row in rows.iterrows():
-        clean, corrupt, ans, foil = answers(name, row)
+    for clean, corrupt, ans, foil in texts:
         c = tokenizer(clean, add_special_tokens=True)["input_ids"]
         r = tokenizer(corrupt, add_special_tokens=True)["input_ids"]
         a = tokenizer(" " + ans.strip(), add_special_tokens=False)["input_ids"]
