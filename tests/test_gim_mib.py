@@ -215,3 +215,22 @@ def test_a_bad_row_costs_its_dataset_not_the_job(tmp_path):
     assert st.loc["ioi", "status"] == "not run"
     assert st.loc["ioi", "reason"] == f"{f}: row 2: field 'metadata' is missing"
     assert st.loc["arithmetic_addition", "status"] == "ran" and list(table.task) == ["arithmetic_addition"]
+
+
+def test_a_model_without_per_head_outputs_is_a_not_run_row(tmp_path):
+    """Issue 33: a BERT folder under an MIB search path crashed the whole job
+    (NotImplementedError: use_attn_result); it is its pairs' "not run" row with the reason."""
+    from transformers import BertConfig, BertLMHeadModel
+
+    folder = tmp_path / "bert"
+    cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, is_decoder=True)  # fmt: skip
+    BertLMHeadModel(cfg).save_pretrained(folder)
+    save_word_tokenizer(folder, VOCAB)
+    _datasets(tmp_path / "data")
+    status, table, _ = run_mib(
+        [str(folder)], ["ioi", "arithmetic_addition"], ["eap"], n_eval=4,
+        search_paths=[str(tmp_path / "data")], batch_size=4, fractions=(1.0,),
+    )  # fmt: skip
+    assert list(status.status) == ["not run", "not run"] and table.empty
+    assert status.reason.str.contains("Per-head result computation is unavailable").all()
