@@ -395,19 +395,58 @@ def test_proximity_shares_hand_worked():
     torch.testing.assert_close(proximity_shares(parts, total), want)
 
 
-def test_information_flow_routes_by_hand(bridges):
+@pytest.mark.parametrize("processing", ["none", "mib"])
+def test_information_flow_routes_by_hand(bridges, processing):
+    """By hand from the cache. The input node is the token embedding (MIB's hook_embed,
+    not hook_resid_pre, which adds the position embedding). Under "mib" the activations
+    are those of HookedTransformer's default processing: each head's output less its
+    value bias's constant b_V @ W_O (folded into b_O), then every part and input centred
+    over d_model (GPT-2 has LayerNorm)."""
     bridge, data = bridges["gpt2"], _data(n=3, T=5)
     data.pos = torch.tensor([4, 2, 3])
     graph = Graph.from_bridge(bridge)
-    ifr = information_flow_routes(bridge, graph, data, batch_size=2)
+    hf = bridge.original_model.transformer.h
+    biases = [blk.attn.c_attn.bias for blk in hf] + [blk.ln_1.bias for blk in hf]
+    kept = [b.detach().clone() for b in biases]
+    try:
+        with torch.no_grad():  # GPT-2's init leaves biases at 0: give the values some to fold
+            g = torch.Generator().manual_seed(3)
+            for b in biases:
+                b.normal_(0, 0.5, generator=g)
+        _check_ifr_by_hand(bridge, graph, data, processing)
+    finally:
+        with torch.no_grad():
+            for b, k in zip(biases, kept):
+                b.copy_(k)
+
+
+def _check_ifr_by_hand(bridge, graph, data, processing):
+    ifr = information_flow_routes(bridge, graph, data, batch_size=2, processing=processing)
     with torch.no_grad():
         _, cache = bridge.run_with_cache(data.clean)
-    parts = [cache["blocks.0.hook_resid_pre"]]  # input, then each layer's heads and MLP
+    assert cache["hook_pos_embed"].abs().max() > 1e-3  # positions the input node must leave out
+    assert bridge.b_V.abs().max() > 0.1
+    if processing == "mib":  # the processing moves the scores by far more than the tolerances below
+        other = information_flow_routes(bridge, graph, data, batch_size=2, processing="none")
+        assert (ifr - other).abs().max() > 1e-2
+    mib = processing == "mib"
+    W_O, W_V, b_V = bridge.W_O.detach(), bridge.W_V.detach(), bridge.b_V.detach()  # [L,H,dh,d] [L,H,d,dh] [L,H,dh]
+    ln_b = [blk.ln_1.bias.detach() for blk in bridge.original_model.transformer.h]
+
+    def centre(x):
+        return x - x.mean(-1, keepdim=True) if mib else x
+
+    parts = [centre(cache["hook_embed"])]  # input, then each layer's heads and MLP
     for layer in range(graph.n_layers):
-        parts += [cache[f"blocks.{layer}.attn.hook_result"][:, :, h] for h in range(graph.n_heads)]
-        parts.append(cache[f"blocks.{layer}.hook_mlp_out"])
+        for h in range(graph.n_heads):
+            r = cache[f"blocks.{layer}.attn.hook_result"][:, :, h]
+            # fold_ln puts ln_1's bias into b_V (through W_V) before the value biases are folded
+            constant = (b_V[layer, h] + ln_b[layer] @ W_V[layer, h]) @ W_O[layer, h]
+            parts.append(centre(r - constant if mib else r))
+        parts.append(centre(cache[f"blocks.{layer}.hook_mlp_out"]))
     reads = {"logits": cache["ln_final.hook_in"], "a1.h1<v>": cache["blocks.1.hook_v_input"][:, :, 1]}
     reads["m0"] = cache["blocks.0.hook_mlp_in"]
+    reads = {k: centre(v) for k, v in reads.items()}
     # MIB's order: the mean over each example's positions (up to the one read: 5, 3 and 4
     # of them), then the mean over the 3 examples; not the mean of the 12 pooled pairs
     for target, y in reads.items():

@@ -234,3 +234,34 @@ def test_a_model_without_per_head_outputs_is_a_not_run_row(tmp_path):
     )  # fmt: skip
     assert list(status.status) == ["not run", "not run"] and table.empty
     assert status.reason.str.contains("Per-head result computation is unavailable").all()
+
+
+def test_mib_processing_folds_grouped_value_biases_by_hand(tmp_path):
+    """Qwen-2 (grouped-query attention, value biases, RMSNorm): the constant that MIB's
+    processed model moves out of head h is b_V[h // (n_heads / n_kv_heads)] @ W_O[h],
+    from the HF weights by hand; nothing is centred under RMSNorm, and a model without
+    biases (Llama) has nothing to fold."""
+    from selfrepair.core.models import load_bridge
+    from selfrepair.gim.attribute import mib_processing
+    from selfrepair.gim.graph import Graph
+    from selfrepair.gim.hooks import head_rows
+
+    paths = _models(tmp_path)
+    bridge = load_bridge(paths["qwen2"])
+    layers = bridge.original_model.model.layers
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for blk in layers:
+            blk.self_attn.v_proj.bias.normal_(0, 1, generator=g)
+    graph = Graph.from_bridge(bridge)
+    vb, centre = mib_processing(bridge, graph)
+    assert not centre
+    heads = {i for rows in head_rows(graph) for i in rows}
+    assert (vb[[i for i in range(len(graph.forward)) if i not in heads]] == 0).all()
+    for layer, rows in enumerate(head_rows(graph)):
+        b_v = layers[layer].self_attn.v_proj.bias.detach().view(2, 4)  # 2 key/value groups of d_head 4
+        w_o = layers[layer].self_attn.o_proj.weight.detach()  # [d_model, n_heads * d_head]
+        for h, i in enumerate(rows):
+            torch.testing.assert_close(vb[i], b_v[h // 2] @ w_o[:, 4 * h : 4 * h + 4].T)
+    vb, centre = mib_processing(load_bridge(paths["llama"]), graph)
+    assert not centre and (vb == 0).all()

@@ -30,6 +30,11 @@ from selfrepair.tasks.counterfactual import CounterfactualBatch
 
 METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm")
 GRADIENT_POINTS = ("clean", "corrupted")  # edge_scores(gradient_at=...): noising, denoising
+# edge_scores(weighting=...): "example": the sum over examples / N (a per-example mean,
+# whatever the batches); "mib": each batch's sum / its size, summed over batches, / N
+# (MIB's run_attribution: the metric's mean within a batch, EAP-IG attribute()'s / N).
+# With equal batches of B, "mib" = "example" / B.
+WEIGHTINGS = ("example", "mib")
 
 
 # ---------------------------------------------------------------- scores ---------
@@ -48,6 +53,7 @@ def edge_scores(
     batch_size: int = 32,
     ig_steps: int = 5,
     gradient_at: str = "clean",
+    weighting: str = "example",
 ) -> torch.Tensor:
     """Edge scores [n_forward, n_backward] (zero off the graph).
 
@@ -71,6 +77,11 @@ def edge_scores(
     logit_diff(corrupt), TransformerLens's ``attribution_patch`` (edge granularity,
     summed over positions). Both have the same sign: positive favours the answer.
 
+    ``weighting`` (:data:`WEIGHTINGS`): ``"example"`` (default) divides the sum over
+    examples by their number; ``"mib"`` first divides each batch's sum by the batch's
+    size, as MIB's code does (the scores are then ``"example"``'s / B with equal batches
+    of B; a smaller last batch weighs its examples more).
+
     Post-attention norms (Gemma-2): as in MIB (EAP-IG ``get_scores_eap`` and
     ``get_scores_eap_ig`` use the same hooks on every model), a head's a_u is its
     pre-norm ``hook_result`` and dL/d(input of v) is taken at v's input, so a head edge's
@@ -82,6 +93,8 @@ def edge_scores(
         raise ValueError(f"unknown method {method!r}; one of {METHODS}")
     if gradient_at not in GRADIENT_POINTS:
         raise ValueError(f"unknown gradient_at {gradient_at!r}; one of {GRADIENT_POINTS}")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; one of {WEIGHTINGS}")
     if gradient_at != "clean" and method == "eap-ig":
         raise ValueError("eap-ig integrates along the corrupt -> clean path; gradient_at applies to eap and gim*")
     cfg = _method_config(method)
@@ -164,6 +177,8 @@ def edge_scores(
             by_rows.setdefault(n, []).append((g, js, pos))
         for n, parts in by_rows.items():
             block = diff[:n] @ torch.cat([g for g, _, _ in parts], dim=1)  # sum over batch, position, hidden dim
+            if weighting == "mib":
+                block /= len(b)
             start = 0
             for g, js, pos in parts:
                 total[:n, js] += block[:, start : start + g.shape[1]][:, pos]
@@ -277,8 +292,68 @@ def position_weights(pos: torch.Tensor, n_pos: int) -> torch.Tensor:
     return live / live.sum(1, keepdim=True).clamp(min=1)
 
 
+IFR_PROCESSING = ("mib", "none")  # information_flow_routes(processing=...)
+
+
+def input_node_hook(bridge) -> str:
+    """The hook whose output is MIB's input node: the token embedding (EAP-IG's graph reads
+    ``hook_embed``), which is ``blocks.0.hook_resid_pre`` less the position embedding in a
+    model with absolute positions (GPT-2) and all of ``hook_resid_pre`` in a rotary one.
+    Patching and gradients cannot tell the two apart (clean and corrupt prompts share
+    positions; d/d embed = d/d resid_pre); IFR's proximities can."""
+    standard = getattr(bridge.cfg, "positional_embedding_type", "standard") == "standard"
+    return "hook_embed" if standard and "hook_embed" in bridge.hook_dict else "blocks.0.hook_resid_pre"
+
+
+def mib_processing(bridge, graph: Graph) -> tuple[torch.Tensor, bool]:
+    """What MIB's HookedTransformer (``from_pretrained``'s default weight processing) does
+    to the activations IFR reads, as (value-bias terms [n_forward, d_model], centre):
+
+    * fold_value_biases (after fold_ln has put the attention norm's bias b_ln into b_V):
+      a head's values carry the constant b_V + b_ln @ W_V, which reaches its output as
+      (b_V + b_ln @ W_V) @ W_O (attention weights sum to 1); folded into the layer's
+      output bias, it leaves the head's output and stays in the residual stream. Under
+      grouped-query attention head h reads key/value group h // (n_heads / n_kv_heads).
+    * center_writing_weights, for LayerNorm models only (TransformerLens skips it under
+      RMSNorm): every write to the residual stream, so every part and every input,
+      loses its mean over d_model.
+    * fold_ln and center_unembed move nothing IFR reads."""
+    cfg = bridge.cfg
+    centre = getattr(cfg, "normalization_type", None) in ("LN", "LNPre")
+    vb = torch.zeros(len(graph.forward), cfg.d_model)
+    with torch.no_grad():
+        w_o = bridge.W_O.detach().float().cpu()  # [n_layers, n_heads, d_head, d_model]
+        w_v = bridge.W_V.detach().float().cpu()  # [n_layers, n_heads or n_kv_heads, d_model, d_head]
+        rep = w_o.shape[1] // w_v.shape[1]
+        for layer, rows in enumerate(head_rows(graph)):
+            b_v = _value_bias(bridge, layer, w_v[layer])  # [n_heads or n_kv_heads, d_head] or None
+            if b_v is None:
+                continue
+            for h, i in enumerate(rows):
+                vb[i] = b_v[h // rep] @ w_o[layer, h]
+    return vb, centre
+
+
+def _value_bias(bridge, layer: int, w_v: torch.Tensor) -> torch.Tensor | None:
+    """The constant part of layer ``layer``'s values, [n_kv_heads, d_head]: b_V plus the
+    attention norm's bias through W_V (fold_ln puts that bias into b_V before
+    fold_value_biases moves b_V out); None when there is neither (Llama, Gemma-2)."""
+    try:
+        b_v = bridge.blocks[layer].attn.b_V.detach().float().cpu()
+    except AttributeError:  # bias-free value projections
+        b_v = None
+    ln = getattr(bridge.blocks[layer], "ln1", None)
+    ln_b = getattr(getattr(ln, "original_component", None), "bias", None)
+    if ln_b is not None:
+        from_ln = torch.einsum("d,hde->he", ln_b.detach().float().cpu(), w_v)
+        b_v = from_ln if b_v is None else b_v.reshape(from_ln.shape) + from_ln
+    return None if b_v is None else b_v.reshape(w_v.shape[0], w_v.shape[2])
+
+
 @on_prepared
-def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64) -> torch.Tensor:
+def information_flow_routes(
+    bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64, processing: str = "mib"
+) -> torch.Tensor:
     """Information flow routes on the clean run only (no corrupted input, no gradient).
 
     score(u->v) = :func:`proximity_shares` of a_u within v's actual input (the residual
@@ -289,9 +364,18 @@ def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, bat
     MIB's order (EAP-IG ``get_scores_information_flow_routes``), so an example counts
     the same whatever its length. Scores are >= 0, so the signed and the absolute
     rankings are the same.
+
+    The input node's a_u is the token embedding (:func:`input_node_hook`, MIB's graph).
+    ``processing="mib"`` reads the activations as MIB's processed HookedTransformer has
+    them (:func:`mib_processing`: value biases folded out of the heads, writes centred
+    under LayerNorm); ``"none"`` as the Hugging Face model has them.
     """
+    if processing not in IFR_PROCESSING:
+        raise ValueError(f"IFR processing {processing!r}: one of {IFR_PROCESSING}")
     total = torch.zeros(graph.valid.shape)
     groups = _column_groups(graph)
+    embed_hook = input_node_hook(bridge)
+    vb, centre = mib_processing(bridge, graph) if processing == "mib" else (None, False)
     for b in data.batches(batch_size):
         inputs = {}
 
@@ -302,11 +386,19 @@ def information_flow_routes(bridge, graph: Graph, data: CounterfactualBatch, bat
             return fn
 
         names = dict.fromkeys(g[0] for g in groups)
-        _, a = forward_activations(bridge, graph, b.clean, hooks=[(name, keep(name)) for name in names])
+        hooks = [(name, keep(name)) for name in names] + [(embed_hook, keep("input node"))]
+        _, a = forward_activations(bridge, graph, b.clean, hooks=hooks)
+        a[:, :, 0] = inputs.pop("input node")
+        if vb is not None:
+            a -= vb.to(a.device, a.dtype)
+        if centre:
+            a -= a.mean(-1, keepdim=True)
         live = position_weights(b.pos.cpu(), a.shape[1]).to(a.device, a.dtype)  # [B, T]
         done = {}  # parents -> [(input, its scores)]: inputs equal bit for bit share them
         for name, slot, cols in groups:
             y = inputs[name] if slot is None else inputs[name][:, :, slot]
+            if centre:
+                y = y - y.mean(-1, keepdim=True)
             parents = graph.valid[:, cols[0]]
             seen = done.setdefault(parents.numpy().tobytes(), [])
             s = next((s for y2, s in seen if torch.equal(y2, y)), None)
@@ -340,16 +432,26 @@ ALL_METHODS = METHODS + tuple(SCORERS)
 
 
 def method_scores(
-    bridge, graph: Graph, data: CounterfactualBatch, method: str, batch_size: int = 64, ig_steps: int = 5
+    bridge,
+    graph: Graph,
+    data: CounterfactualBatch,
+    method: str,
+    batch_size: int = 64,
+    ig_steps: int = 5,
+    weighting: str = "example",
 ):
     """Edge scores of any localization method: the gradient ones (:data:`METHODS`,
-    :func:`edge_scores`), exact per-edge patching (``eactp``) or information flow
-    routes (``ifr``)."""
+    :func:`edge_scores`, with its ``weighting``), exact per-edge patching (``eactp``) or
+    information flow routes (``ifr``). EActP and IFR are per-example means under either
+    weighting, as in MIB (its exact patching averages the evaluated metric, its IFR
+    divides the sum over examples by their number)."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; one of {WEIGHTINGS}")
     if method in SCORERS:
         return SCORERS[method](bridge, graph, data, batch_size, ig_steps)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; one of {ALL_METHODS}")
-    return edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps)
+    return edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps, weighting=weighting)
 
 
 @on_prepared

@@ -162,12 +162,16 @@ def prune_dangling(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
 def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune: bool = True) -> torch.Tensor:
     """The ``n`` edges with the highest (signed or absolute) score, as a mask; with
     ``prune`` (the default, MIB's evaluation) dangling edges are then dropped
-    (:func:`prune_dangling`), so the circuit may hold fewer than ``n`` edges."""
+    (:func:`prune_dangling`), so the circuit may hold fewer than ``n`` edges.
+
+    Ties are broken as MIB breaks them (EAP-IG ``Graph.apply_topn``): the first ``n`` of
+    ``torch.argsort(descending=True)`` over the flattened [n_forward, n_backward] matrix,
+    edges off the graph at -inf."""
     s = scores.abs() if absolute else scores.clone()
     s = s.masked_fill(~graph.valid, float("-inf")).flatten()
     mask = torch.zeros_like(s, dtype=torch.bool)
     if n > 0:
-        mask[torch.topk(s, n).indices] = True
+        mask[torch.argsort(s, descending=True)[:n]] = True
     mask = mask.view_as(scores) & graph.valid
     return prune_dangling(graph, mask) if prune else mask
 

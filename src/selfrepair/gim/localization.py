@@ -21,17 +21,25 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- experiment -----
 @on_prepared
 def localize(
-    bridge, data: CounterfactualBatch, method: str, fractions=FRACTIONS, batch_size: int = 64, ig_steps: int = 5
+    bridge,
+    data: CounterfactualBatch,
+    method: str,
+    fractions=FRACTIONS,
+    batch_size: int = 64,
+    ig_steps: int = 5,
+    weighting: str = "example",
 ):
-    """Scores of one method, and its two faithfulness curves (signed and absolute), with
-    the method's circuit selection rule (:func:`selection_rule`: greedy for ``ifr``).
+    """Scores of one method (``weighting``: :func:`attribute.edge_scores`'s; "mib" puts
+    the gradient methods' scores on MIB's scale), and its two faithfulness curves (signed
+    and absolute), with the method's circuit selection rule (:func:`selection_rule`:
+    greedy for ``ifr``).
 
     Returns (graph, scores, curves DataFrame, summary dict with CPR and CMD).
     """
     import pandas as pd
 
     graph = Graph.from_bridge(bridge)
-    scores = method_scores(bridge, graph, data, method, batch_size, ig_steps)
+    scores = method_scores(bridge, graph, data, method, batch_size, ig_steps, weighting)
     rows = []
     summary = {"method": method, "n_edges": graph.n_edges}
     curves = faithfulness_curves(  # both rankings' circuits together: m_full, m_empty once
@@ -294,8 +302,10 @@ def run_mib(
     device: str = "cpu",
     eactp_max_edges: int = EACTP_MAX_EDGES,
     every: float = 30.0,
+    weighting: str = "example",
 ):
-    """MIB's circuit localization on every (model, dataset) present locally.
+    """MIB's circuit localization on every (model, dataset) present locally
+    (``weighting``: :func:`localize`'s).
 
     Returns (status DataFrame, :data:`MIB_STATUS_COLUMNS`; localization rows; curves).
     Absent weights or datasets, pairs longer than the model's context, and any error
@@ -358,7 +368,9 @@ def run_mib(
                     prog.watch(bridge)
                     for method in run:
                         with prog.stage(method):
-                            _, _, curve, summary = localize(bridge, data, method, fractions, batch_size, ig_steps)
+                            _, _, curve, summary = localize(
+                                bridge, data, method, fractions, batch_size, ig_steps, weighting
+                            )
                         got_rows.append({"task": d, "model": model, **summary, "identity": where["identity"]})
                         got_curves.append(curve.assign(task=d, model=model))
             except M.WeightsChanged:
