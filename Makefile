@@ -40,10 +40,12 @@ lint: env
 report: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html $(SNAKEMAKE_ARGS)
 
-# Where a run stands (running, killed, finished; each running job's last log line; job
-# processes a killed Snakemake left running, by pid; how many outputs exist). Safe beside
-# a running workflow: no `env` step, no lock. The count uses the newest run's config
-# options; override: make status SNAKEMAKE_ARGS="--configfile ..." (or STATUS_ARGS=--no-summary).
+# Where a run stands (running, killed, finished; each running job's last log line; a
+# failed job's signal or exit status; job processes a killed Snakemake left running, by
+# pid; how many outputs exist). Safe beside a running workflow: no `env` step, no lock.
+# SNAKEMAKE_ARGS are the run's options, as for `make report`: their --directory says
+# where to look, and the count (snakemake --summary, a few seconds) uses their config
+# options, else the newest run's. STATUS_ARGS=--no-summary skips the count.
 STATUS_ARGS ?=
 status:
 	$(BIN)/python -m selfrepair.workflow.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)

@@ -1,8 +1,13 @@
 """`python -m selfrepair.workflow.status`: the state of a workflow from its directory's files
-(hand-made Snakemake markers, locks and logs, values known by construction), and the
-default target's counts on a dry-run state."""
+(hand-made Snakemake markers, locks and logs, values known by construction; and a real
+run whose job is killed by a signal), where to look (SNAKEMAKE_ARGS' --directory), and
+the default target's counts on a dry-run state."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
 import types
 
 import pytest
@@ -157,6 +162,17 @@ def test_stale_lock_killed_and_finished(workdir):
     log.write_text(RUN_LOG + "Finished jobid: 7 (Rule: heroes_train)\n3 of 3 steps (100%) done\nComplete log(s): x\n")
     word, lines = status.state(d, now=T0 + 45, processes=None)
     assert word == "finished" and "3 of 3 steps (100%) done" in lines[2] and "Running jobs" not in "\n".join(lines)
+    # a Snakemake sent SIGTERM waits for its running jobs and exits: stopped, not finished
+    log.write_text(
+        RUN_LOG + "Will exit after finishing currently running jobs (scheduler).\n"
+        "Finished jobid: 7 (Rule: heroes_train)\n2 of 3 steps (67%) done\nShutting down, this might take some time.\n"
+        "Complete log(s): x\nWorkflowError:\nAt least one job did not complete successfully.\n"
+    )
+    word, lines = status.state(d, now=T0 + 45, processes=None)
+    assert word == "killed" and lines[1] == (
+        "STOPPED: the newest run was asked to stop (SIGTERM) and exited after its running jobs "
+        "(2 of 3 steps (67%) done): the next run makes the rest."
+    )
 
 
 def test_nothing_run_yet(tmp_path, capsys):
@@ -187,7 +203,8 @@ def test_parse_summary_counts():
 @pytest.mark.slow
 def test_default_target_counts_on_a_dry_run_state(tmp_path):
     """The tiny paper-A config in an empty directory: every output is missing; with one
-    final output made by hand, one exists (snakemake --summary, about 2 s)."""
+    final output made by hand, one exists (snakemake --summary, 3-4 s each), as plain
+    Snakemake counts it (--plain-summary)."""
     d = G.prepare(tmp_path)
     args = G.tiny_args(d)[2:]  # the config arguments, without --directory
     empty = status.target_summary(d, G.ROOT / "Snakefile", args)
@@ -196,6 +213,12 @@ def test_default_target_counts_on_a_dry_run_state(tmp_path):
     (d / "results/published/summary.csv").write_text("id\n")
     one = status.target_summary(d, G.ROOT / "Snakefile", args)
     assert (one["outputs"], one["exist"], one["missing"]) == (empty["outputs"], 1, empty["outputs"] - 1)
+    # Snakemake started with its built-in executors only counts what plain Snakemake counts
+    plain = status.target_summary(d, G.ROOT / "Snakefile", args, plain=True)
+    assert plain["command"][1:3] == ["-m", "snakemake"] and one["command"][1] == "-c"
+    assert {k: v for k, v in plain.items() if k not in ("seconds", "command")} == {
+        k: v for k, v in one.items() if k not in ("seconds", "command")
+    }
     lines = status.summary_lines(d, status.RunLog(), None, args)
     assert lines[1].startswith(f"  1 of {empty['outputs']} output files exist")
 
@@ -275,3 +298,174 @@ def test_orphan_job_is_named_with_its_pid(workdir):
     assert word == "running" and not any("ORPHAN" in x for x in lines)
     word, lines = status.state(d, now=T0 + 45, processes=[], jobs=[])
     assert word == "stale lock" and "ORPHAN" not in "\n".join(lines)
+
+
+# How Snakemake 9.27 logs a script job that died (copied from real runs: the job killed
+# with SIGKILL, or exiting after a traceback), before the run's "Error in rule" block.
+def _died(rule, jobid, how, script="tmpab12cd"):
+    return (
+        "RuleException:\n"
+        'CalledProcessError in file "/x/workflow/rules/heroes.smk", line 87:\n'
+        f"Command 'set -euo pipefail;  /x/.venv/bin/python /d/.snakemake/scripts/{script}.{rule}.py' {how}.\n"
+        "[Mon Nov 30 06:11:00 2026]\n"
+        f"Error in rule {rule}:\n"
+        "    message: None\n"
+        f"    jobid: {jobid}\n"
+        "    output: results/x\n"
+        "    log: logs/heroes/sort/seed2/train.log (check log file(s) for error details)\n"
+    )
+
+
+KILLED_LOG = (
+    RUN_LOG
+    + _died("heroes_train", 7, "died with <Signals.SIGKILL: 9>")
+    + "Exiting because a job execution failed. Look above for error messages\n"
+    "Complete log(s): /d/.snakemake/log/x.log\n"
+)
+
+
+def test_how_a_failed_job_ended_is_read_from_the_run_log():
+    run = status.parse_run_log(KILLED_LOG)
+    job = run.jobs["7"]
+    assert (job.state, job.signal, job.exit_status, job.killed_by()) == ("failed", 9, None, 9)
+    assert job.ending() == "killed by SIGKILL (signal 9: kill -9, or the kernel's out-of-memory killer)"
+    # a shell's 128+n, a plain failure, and two failures logged in the other order: each
+    # ending goes to the job whose script it names
+    log = (
+        RUN_LOG
+        + _died("heroes_train", 7, "returned non-zero exit status 143")
+        + _died("heroes_ood", 4, "returned non-zero exit status 1")
+    )
+    run = status.parse_run_log(log)
+    assert run.jobs["7"].ending() == (
+        "exit status 143: killed by SIGTERM (signal 15: kill, or a scheduler's time limit, as a shell reports it: 128+15)"
+    )
+    assert (run.jobs["4"].ending(), run.jobs["4"].killed_by()) == ("exit status 1", None)
+    crosswise = (
+        RUN_LOG
+        + _died("heroes_ood", 4, "died with <Signals.SIGTERM: 15>").split("[")[0]
+        + _died("heroes_train", 7, "returned non-zero exit status 1")
+        + _died("heroes_ood", 4, "x").split("]\n")[1]
+    )
+    run = status.parse_run_log(crosswise)
+    assert (run.jobs["7"].exit_status, run.jobs["4"].signal) == (1, 15)
+    # a rule that runs another rule's script (use rule heroes_train as heroes_grid_train)
+    grid = RUN_LOG.replace("localrule heroes_train:", "localrule heroes_grid_train:") + _died(
+        "heroes_train", 7, "died with <Signals.SIGKILL: 9>"
+    ).replace("Error in rule heroes_train:", "Error in rule heroes_grid_train:")
+    assert status.parse_run_log(grid).jobs["7"].signal == 9
+    assert (
+        status.parse_run_log(RUN_LOG + _died("heroes_train", 7, "died with unknown signal 77")).jobs["7"].signal == 77
+    )
+
+
+def test_a_killed_job_is_reported_killed_not_failed_at_its_last_line(workdir):
+    """The job's log ends with a progress line (the signal stopped it there): the status
+    names the signal, and gives that line as the last one before it."""
+    d, _ = workdir
+    for f in (d / ".snakemake/locks").iterdir():
+        f.unlink()
+    (d / ".snakemake/log/2026-11-30T060958.000000.snakemake.log").write_text(KILLED_LOG)
+    word, lines = status.state(d, now=T0 + 45, processes=None, jobs=None)
+    assert (
+        word == "failed"
+        and lines[1] == "FAILED: the newest run ended with a failed job, killed by SIGKILL (see below)."
+    )
+    (failed,) = [x for x in lines if x.startswith("Failed: ")]
+    assert "heroes_train (jobid 7)" in failed and "; killed by SIGKILL (signal 9: kill -9" in failed
+    assert failed.endswith(f"; log logs/heroes/sort/seed2/train.log, its last line before the signal: {TRAIN_LINE}")
+
+
+@pytest.mark.slow
+def test_a_job_killed_by_a_signal_in_a_real_run(tmp_path):
+    """A real run's training job killed with SIGKILL (as by kill -9 or the out-of-memory
+    killer) after its log's first progress line: named killed by SIGKILL, that line given
+    as its last before the signal. About 20 s."""
+    d = G.prepare(tmp_path)
+    long = d / "long.yaml"  # a training that would run long past the kill
+    long.write_text("heroes:\n  train: {max_steps: 100000, target_accuracy: 1.0, eval_every: 50}\n")
+    target = "results/heroes/sort/seed42/train.json"
+    # the target before --configfile, which takes every following word as a config file
+    cmd = [str(G.BIN / "snakemake"), "-s", str(G.ROOT / "Snakefile"), "--cores", "1", target, *G.tiny_args(d, long)]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=G.ROOT,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log = d / "logs/heroes/sort/seed42/train.log"
+    deadline = time.monotonic() + 120
+    try:
+        while not (log.exists() and "train step" in log.read_text()):
+            assert proc.poll() is None, "snakemake ended before the job was killed"
+            assert time.monotonic() < deadline, "the training job logged no progress within 120 s"
+            time.sleep(0.2)
+        (job,) = [j for j in status.job_processes(d) if j["rule"] == "heroes_train"]
+        os.kill(job["pid"], signal.SIGKILL)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    last = status.last_line(log)
+    assert "train step" in last
+    word, lines = status.state(d)
+    assert word == "failed" and "killed by SIGKILL" in lines[1], lines
+    (failed,) = [x for x in lines if x.startswith("Failed: ")]
+    assert failed.startswith("Failed: heroes_train (jobid ") and "killed by SIGKILL (signal 9" in failed, failed
+    assert failed.endswith(f"its last line before the signal: {last}"), failed
+
+
+def test_the_directory_among_the_snakemake_args(workdir, tmp_path, monkeypatch, capsys):
+    """`make status SNAKEMAKE_ARGS="--directory X ..."` looks at X, as `make report` does;
+    the count gets the other arguments."""
+    d, _ = workdir
+    where, rest = status.split_where(
+        ["--configfile", "a.yaml", "--directory", "X", "-sS", "--config", "p=1", "--", "t"]
+    )
+    assert where == {"directory": "X", "snakefile": "S"}
+    assert rest == ["--configfile", "a.yaml", "--config", "p=1", "--", "t"]
+    assert status.split_where(["--directory=Y", "-d", "Z"])[0] == {"directory": "Z"}  # the last, as in Snakemake
+    monkeypatch.chdir(tmp_path)  # not the run's directory
+    assert status.main(["--no-summary", "--", "--configfile", "x.yaml", "--directory", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert f"Workflow in {d.resolve()}" in out and "newest run: .snakemake/log/2026-11-30T060958" in out
+    with pytest.raises(SystemExit):
+        status.main(["-d", str(tmp_path), "--no-summary", "--", "-d", str(d)])
+    assert "two directories" in capsys.readouterr().err
+    # through make, with the Makefile's own recipe
+    r = subprocess.run(
+        ["make", "-s", "status", f"VENV={sys.prefix}", "STATUS_ARGS=--no-summary", f"SNAKEMAKE_ARGS=--directory {d}"],
+        cwd=G.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and f"Workflow in {d.resolve()}" in r.stdout and "NOT RUN" not in r.stdout, r
+
+
+def test_a_failed_fast_count_is_retried_plainly(tmp_path, monkeypatch):
+    """The count starts Snakemake with its built-in executors only; if that fails, it
+    starts it plainly (with every executor plugin, e.g. for a profile that names one)."""
+    plain = "print('output_file\\tdate\\trule\\tlog\\tstatus\\tplan'); print('a\\tMon\\tr\\t-\\tok\\tno update')"
+    monkeypatch.setattr(status, "_FAST_START", ["-c", "import sys; sys.exit('no such executor')"])
+    monkeypatch.setattr(status, "_PLAIN_START", ["-c", plain])
+    s = status.target_summary(tmp_path, tmp_path / "Snakefile", [])
+    assert (s["outputs"], s["exist"], s["up_to_date"]) == (1, 1, 1) and s["command"][1:3] == ["-c", plain]
+    assert status.target_summary(tmp_path, tmp_path / "Snakefile", [], plain=True)["command"][1:3] == ["-c", plain]
+
+
+def test_the_count_starts_snakemake_without_its_executor_plugins():
+    """What the count's subprocess runs: Snakemake's command line with its built-in
+    executors, no executor plugin imported (the SLURM one runs `scontrol show config` as
+    it is imported: about 9 s where no SLURM controller answers). About 2 s."""
+    code = (
+        "import sys; from selfrepair.workflow.status import builtin_executors_main as m; code = m(['--version']); "
+        "from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry as R; "
+        "print(code, sorted(R().plugins), [k for k in sys.modules if k.startswith('snakemake_executor_plugin')])"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "0 ['dryrun', 'local', 'touch'] []", r.stdout

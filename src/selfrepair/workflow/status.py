@@ -1,16 +1,18 @@
 """Where a workflow stands: running, finished, failed or killed, and what it is doing.
 
     python -m selfrepair.workflow.status [--directory DIR] [--logs N] [--no-summary] [-- SNAKEMAKE_ARGS]
-    make status
+    make status [SNAKEMAKE_ARGS="--directory DIR --configfile ..."] [STATUS_ARGS=--no-summary]
 
 Read from the working directory's files only (instant, safe while a run goes on; it
-writes nothing there):
+writes nothing there), and printed at once:
 
 * ``.snakemake/locks/``: a Snakemake run holds the directory (or one was killed hard,
   e.g. ``kill -9``, out of memory, a power cut: then the lock is stale). On Linux the
   command also looks for a Snakemake process working in the directory.
 * ``.snakemake/log/*.snakemake.log``, the newest run's own log: which jobs it started,
-  which finished or failed, its ``k of n steps`` count, whether it ended.
+  which finished or failed, its ``k of n steps`` count, whether it ended. A failed job
+  is named with how it ended, from the error Snakemake logged: killed by a signal (``died
+  with <Signals.SIGKILL: 9>``, or a shell's exit status 128+n), or its exit status.
 * ``.snakemake/incomplete/``: the outputs of jobs that started and did not finish
   (running now, or interrupted: the next run reruns them).
 * ``logs/**/*.log``, the jobs' own logs: the last line of each running job's log (a
@@ -22,13 +24,20 @@ writes nothing there):
 
 Then, unless ``--no-summary``, how many of the default target's output files exist:
 ``snakemake --summary --nolock`` in a subprocess. It costs what a dry run costs (it
-builds the DAG and checks every output's date, code and params: 1-2 s for the tiny
-and the default config on an empty directory, a few seconds with all results; it takes
-no lock and changes no result, but Snakemake writes a short log of it in .snakemake/log).
+builds the DAG and checks every output's date, code and params: about 4 s for a tiny
+run on 2 cores, running or finished, benchmarks/bench_status.py; it takes no lock and
+changes no result, but Snakemake writes a short log of it in .snakemake/log). It runs
+Snakemake with its built-in executors only (a summary runs no job): plain ``snakemake``
+also imports every installed executor plugin first, and the SLURM plugin runs
+``scontrol show config`` then, which waits about 9 s where SLURM's tools are installed
+but no controller answers (13-18 s in all). ``--plain-summary`` runs it plainly (and a
+failed fast run is retried plainly).
 It uses the Snakefile and config files the newest run used, in the order that run
 applied them (the Snakefile's own ``configfile:`` first, then its ``--configfile`` files
 as given), and that run's ``--config`` values, unless SNAKEMAKE_ARGS are given after
-``--`` (``make status SNAKEMAKE_ARGS=...``).
+``--`` (``make status SNAKEMAKE_ARGS=...``). A ``--directory`` (``-d``) or ``--snakefile``
+(``-s``) among them says which directory to look at (or Snakefile), as for the other
+``make`` targets.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import base64
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -92,6 +102,27 @@ class Job:
     outputs: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     state: str = "running"  # running, finished or failed
+    # How a failed job ended, from the error Snakemake logged before its "Error in rule"
+    # block: the signal that killed it (its number), or its exit status.
+    signal: int | None = None
+    exit_status: int | None = None
+
+    def killed_by(self) -> int | None:
+        """The signal that killed the failed job: the one Python saw, or n of a shell's
+        exit status 128+n (a job run below a shell that did not exec it)."""
+        if self.signal is not None:
+            return self.signal
+        n = None if self.exit_status is None else self.exit_status - 128
+        return n if n is not None and 0 < n < 65 and signal_name(n).startswith("SIG") else None
+
+    def ending(self) -> str:
+        """How the failed job ended, in words ("" when its run log does not say)."""
+        n = self.killed_by()
+        if self.signal is not None:
+            return f"killed by {signal_name(n)} (signal {n}{_SIGNAL_HINT.get(n, '')})"
+        if n is not None:
+            return f"exit status {self.exit_status}: killed by {signal_name(n)} (signal {n}{_SIGNAL_HINT.get(n, '')}, as a shell reports it: 128+{n})"
+        return "" if self.exit_status is None else f"exit status {self.exit_status}"
 
 
 @dataclass
@@ -109,6 +140,8 @@ class RunLog:
     ended: bool = False  # the run wrote its closing line ("Complete log(s)")
     failed: bool = False
     killed_on_request: bool = False
+    # Snakemake got SIGTERM: it starts no more jobs and exits when its running ones end
+    stopping: bool = False
 
 
 _BLOCK = re.compile(r"^(?:local)?rule (\S+):$")
@@ -116,6 +149,27 @@ _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 _FINISHED = re.compile(r"^Finished jobid: (\S+)")
 _ERROR = re.compile(r"^Error in rule (\S+):$")
 _STEPS = re.compile(r"^(\d+ of \d+ steps \(\d+%\) done)")
+# Python's CalledProcessError, as Snakemake logs it for a failed script or shell job:
+# "Command '...' died with <Signals.SIGKILL: 9>." (killed by a signal), "... died with
+# unknown signal 77.", or "... returned non-zero exit status 1."
+_DIED = re.compile(r"' died with (?:<Signals\.\w+: (\d+)>|unknown signal (\d+))\.\s*$")
+_EXIT = re.compile(r"' returned non-zero exit status (-?\d+)\.\s*$")
+# the script's name in a script job's command: .snakemake/scripts/tmpXXXX.<its file name>
+_SCRIPT = re.compile(r"\.snakemake/scripts/tmp[^./\s]*\.([^/\s]+)\.py\b")
+_SIGNAL_HINT = {
+    signal.SIGKILL: ": kill -9, or the kernel's out-of-memory killer",
+    signal.SIGTERM: ": kill, or a scheduler's time limit",
+    signal.SIGINT: ": Ctrl-C",
+}
+
+
+def signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
 _CONFIGFILE = re.compile(r"(PosixPath\(|WindowsPath\(|Path\()?(?:'([^']*)'|\"([^\"]*)\")")
 
 
@@ -137,7 +191,16 @@ def parse_run_log(text: str, path: Path | None = None) -> RunLog:
     """What a ``.snakemake/log/*.snakemake.log`` says about its run."""
     run = RunLog(path=path)
     stamp, block, error = "", None, None
+    # The endings logged (from a CalledProcessError) and not yet matched to the "Error in
+    # rule" block that follows each: (the script's name or None, signal, status).
+    endings: list[tuple[str | None, int | None, int | None]] = []
     for line in text.splitlines():
+        died, exited = _DIED.search(line), _EXIT.search(line)
+        if died or exited:
+            script = _SCRIPT.search(line)
+            sig = int(died.group(1) or died.group(2)) if died else None
+            endings.append((script.group(1) if script else None, sig, int(exited.group(1)) if exited else None))
+            continue
         s = line.strip()
         if s.startswith("Command: "):
             run.command = s[len("Command: ") :]
@@ -167,7 +230,13 @@ def parse_run_log(text: str, path: Path | None = None) -> RunLog:
                     block.jobid = value.strip()
                     run.jobs[block.jobid] = block
             elif error is not None and key == "jobid" and value.strip() in run.jobs:
-                run.jobs[value.strip()].state = "failed"
+                job = run.jobs[value.strip()]
+                job.state = "failed"
+                if endings:
+                    # the one whose script is named after the rule (two jobs that failed
+                    # at once may log their errors crosswise), else the oldest
+                    i = next((k for k, e in enumerate(endings) if e[0] == job.rule), 0)
+                    _, job.signal, job.exit_status = endings.pop(i)
         elif m := _FINISHED.match(line):
             if m.group(1) in run.jobs:
                 run.jobs[m.group(1)].state = "finished"
@@ -177,6 +246,8 @@ def parse_run_log(text: str, path: Path | None = None) -> RunLog:
             run.ended = True
         elif line.startswith("Terminating processes on user request"):
             run.killed_on_request = True
+        elif line.startswith("Will exit after finishing currently running jobs"):
+            run.stopping = True
         elif line.startswith("Exiting because a job execution failed"):
             run.failed = True
     return run
@@ -345,11 +416,66 @@ def parse_summary(text: str) -> dict:
     }
 
 
-def target_summary(directory: Path, snakefile: Path, args: list[str], timeout: float = 600) -> dict:
+# How the count's subprocess starts Snakemake: through ``builtin_executors_main`` (below),
+# or plainly (``--plain-summary``, and when the fast start fails).
+_FAST_START = [
+    "-c",
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+    "from selfrepair.workflow.status import builtin_executors_main; sys.exit(builtin_executors_main())",
+]
+_PLAIN_START = ["-m", "snakemake"]
+
+
+def builtin_executors_main(argv: list[str] | None = None) -> int:
+    """Snakemake's command line with only its built-in executors (local, dryrun, touch):
+    for ``--summary``, which runs no job. Plain ``snakemake`` imports every installed
+    executor plugin as it starts (``ExecutorPluginRegistry``), and importing the SLURM
+    plugin runs ``scontrol show config`` (and pandas), which costs about 9 s where SLURM's
+    tools are installed but no controller answers. The registry is a singleton that
+    collects the plugins unless it holds them already, so it is given the built-in ones
+    first. Where that cannot be done (another Snakemake), Snakemake starts plainly."""
+    try:
+        from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+        registry = ExecutorPluginRegistry.__new__(ExecutorPluginRegistry)
+        if not hasattr(registry, "plugins"):
+            from snakemake.executors import dryrun, local, touch
+
+            registry.plugins = {}
+            try:
+                for name, module in (("local", local), ("dryrun", dryrun), ("touch", touch)):
+                    registry.register_plugin(name, module)
+            except Exception:
+                del registry.plugins  # collect them all, as plain Snakemake does
+                raise
+    except Exception:
+        pass
+    from snakemake.cli import main
+
+    try:
+        main(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
+def target_summary(
+    directory: Path, snakefile: Path, args: list[str], timeout: float = 600, plain: bool = False
+) -> dict:
+    """Counts of ``snakemake --summary`` (``parse_summary``), its seconds and command;
+    ``plain``: start Snakemake plainly (every executor plugin), else with its built-in
+    executors only, and plainly again if that fails."""
+    out = _run_summary(directory, snakefile, args, timeout, _PLAIN_START if plain else _FAST_START)
+    if not plain and "error" in out and not out.get("timed_out"):
+        again = _run_summary(directory, snakefile, args, timeout, _PLAIN_START)
+        return again | {"seconds": out.get("seconds", timeout) + again.get("seconds", timeout)}
+    return out
+
+
+def _run_summary(directory: Path, snakefile: Path, args: list[str], timeout: float, start: list[str]) -> dict:
     cmd = [
         sys.executable,
-        "-m",
-        "snakemake",
+        *start,
         "-s",
         str(snakefile),
         "--directory",
@@ -364,7 +490,7 @@ def target_summary(directory: Path, snakefile: Path, args: list[str], timeout: f
             cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, HF_HUB_OFFLINE="1")
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"snakemake --summary took more than {timeout:.0f} s", "command": cmd}
+        return {"error": f"snakemake --summary took more than {timeout:.0f} s", "command": cmd, "timed_out": True}
     out = {"seconds": time.perf_counter() - t0, "command": cmd}
     if r.returncode != 0:
         return out | {"error": "\n".join(r.stderr.strip().splitlines()[-6:])}
@@ -431,6 +557,8 @@ def state(
         word = "running"
         pids = f" (pid {', '.join(map(str, procs))})" if procs else ""
         head = f"RUNNING{pids}: a Snakemake run holds the directory since {_clock(lk['since'])} ({_ago(now - lk['since'])}), locking {lk['outputs']} outputs."
+        if run.stopping:
+            head += " It was asked to stop (SIGTERM): it starts no more jobs and exits when its running ones end."
     elif run.path is None:
         word = "not run"
         head = "NOT RUN: no Snakemake run has executed jobs in this directory (.snakemake/log has no run log)."
@@ -439,10 +567,18 @@ def state(
         head = "KILLED: the newest run stopped without closing its log (and left no lock)."
     elif run.failed:
         word = "failed"
-        head = "FAILED: the newest run ended with a failed job (see below and its log)."
+        killed = sorted({signal_name(n) for j in failed if (n := j.killed_by()) is not None})
+        head = "FAILED: the newest run ended with a failed job" + (
+            f", killed by {' and '.join(killed)} (see below)." if killed else " (see below and its log)."
+        )
     elif run.killed_on_request:
         word = "killed"
         head = "STOPPED: the newest run was stopped on request (Ctrl-C or kill)."
+    elif run.stopping:
+        word = "killed"
+        head = "STOPPED: the newest run was asked to stop (SIGTERM) and exited after its running jobs" + (
+            f" ({run.steps}): the next run makes the rest." if run.steps else "."
+        )
     else:
         word = "finished"
         head = "FINISHED: the newest run ended and holds no lock."
@@ -473,9 +609,15 @@ def state(
                 else:
                     lines.append(f"    {lg}: not written yet")
     for j in failed:
+        ending, log = j.ending(), ""
+        if j.log:
+            first, last = directory / j.log[0], last_line(directory / j.log[0])
+            # a killed job's log ends where the signal stopped it: its last line is no error
+            what = "its last line before the signal" if j.killed_by() is not None else "its last line"
+            said = f", {what}: {last}" if last else (": empty" if first.exists() else ": not written")
+            log = f"; log {', '.join(j.log)}{said}"
         lines.append(
-            f"Failed: {j.rule} (jobid {j.jobid}): {_outputs(j.outputs)}"
-            + (f"; log {', '.join(j.log)}: {last_line(directory / j.log[0])}" if j.log else "")
+            f"Failed: {j.rule} (jobid {j.jobid}): {_outputs(j.outputs)}" + (f"; {ending}" if ending else "") + log
         )
     known = {o for j in open_jobs for o in j.outputs}
     left = {o: t for o, t in marked.items() if o not in known}
@@ -498,7 +640,9 @@ def state(
     return word, lines
 
 
-def summary_lines(directory: Path, run: RunLog, snakefile: Path | None, args: list[str] | None) -> list[str]:
+def summary_lines(
+    directory: Path, run: RunLog, snakefile: Path | None, args: list[str] | None, plain: bool = False
+) -> list[str]:
     snakefile = Path(
         snakefile or run.snakefile or (REPO_SNAKEFILE if REPO_SNAKEFILE.exists() else directory / "Snakefile")
     )
@@ -506,7 +650,7 @@ def summary_lines(directory: Path, run: RunLog, snakefile: Path | None, args: li
         return [f"Default target: no Snakefile at {snakefile} (pass --snakefile)"]
     own = args is None
     args = summary_args(run, directory) if own else args
-    s = target_summary(directory, snakefile, args)
+    s = target_summary(directory, snakefile, args, plain=plain)
     if "error" in s:
         return ["Default target: snakemake --summary failed:", *("  " + x for x in s["error"].splitlines())]
     why = ", ".join(f"{k}: {v}" for k, v in sorted(s["why"].items()))
@@ -521,6 +665,28 @@ def summary_lines(directory: Path, run: RunLog, snakefile: Path | None, args: li
     return lines
 
 
+# Snakemake's options that say where to look (the same for the status as for the count):
+# taken out of the SNAKEMAKE_ARGS, which the count gets without them.
+_WHERE = {"--directory": "directory", "-d": "directory", "--snakefile": "snakefile", "-s": "snakefile"}
+
+
+def split_where(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The ``--directory``/``-d`` and ``--snakefile``/``-s`` of Snakemake arguments (as
+    ``--directory X``, ``--directory=X`` or ``-dX``; the last one given counts, as in
+    Snakemake), and the other arguments in their order."""
+    where, rest, i = {}, [], 0
+    while i < len(words):
+        w = words[i]
+        name, _, value = w.partition("=") if w.startswith("--") else (w[:2], "", w[2:])
+        if name in _WHERE and (value or (w == name and i + 1 < len(words))):
+            where[_WHERE[name]] = value or words[i + 1]
+            i += 1 if value else 2
+            continue
+        rest.append(w)
+        i += 1
+    return where, rest
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m selfrepair.workflow.status",
@@ -528,26 +694,48 @@ def main(argv=None) -> int:
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--directory", "-d", default=".", help="the workflow's working directory (default: .)")
+    ap.add_argument(
+        "--directory",
+        "-d",
+        default=None,
+        help="the workflow's working directory (default: a --directory among the SNAKEMAKE_ARGS, else .)",
+    )
     ap.add_argument("--logs", type=int, default=5, help="how many of the newest job logs to show (default 5)")
     ap.add_argument("--no-summary", action="store_true", help="skip snakemake --summary (files only, instant)")
+    ap.add_argument(
+        "--plain-summary",
+        action="store_true",
+        help="start snakemake --summary plainly, with every executor plugin (slower: see above)",
+    )
     ap.add_argument(
         "--snakefile", "-s", default=None, help="for --summary (default: the newest run's, else the repository's)"
     )
     ap.add_argument(
         "snakemake_args",
         nargs=argparse.REMAINDER,
-        help="after --: arguments for snakemake --summary (e.g. --configfile ...)",
+        help="after --: the run's snakemake options, for snakemake --summary (e.g. --configfile ...); "
+        "a --directory (-d) or --snakefile (-s) among them is used as the options above",
     )
     a = ap.parse_args(argv)
-    directory = Path(a.directory)
+    extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
+    where, extra = split_where(extra)
+    for key, plural in (("directory", "directories"), ("snakefile", "Snakefiles")):
+        mine, theirs = getattr(a, key), where.get(key)
+        if mine is not None and theirs is not None and Path(mine).resolve() != Path(theirs).resolve():
+            ap.error(f"two {plural}: --{key} {mine} and, among the snakemake arguments, {theirs}")
+    directory = Path(a.directory or where.get("directory") or ".")
     if not directory.is_dir():
         ap.error(f"no directory {directory}")
-    extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
     word, lines = state(directory, n_logs=a.logs)
     print("\n".join(lines), flush=True)
     if not a.no_summary:
-        print("\n".join(summary_lines(directory, newest_run_log(directory), a.snakefile, extra or None)))
+        print(
+            "Counting the default target's outputs (snakemake --summary; --no-summary, in make STATUS_ARGS=--no-summary, skips it) ...",
+            flush=True,
+        )
+        snakefile = a.snakefile or where.get("snakefile")
+        run = newest_run_log(directory)
+        print("\n".join(summary_lines(directory, run, snakefile, extra or None, plain=a.plain_summary)))
     return 0
 
 
