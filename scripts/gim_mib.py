@@ -19,6 +19,7 @@ status, table, curves = run_mib(
     tuple(p.fractions),
     device,
     int(p.eactp_max_edges),
+    weighting=str(p.weighting),
 )
 status.to_csv(smk.output.status, index=False)
 table.to_csv(smk.output.table, index=False)

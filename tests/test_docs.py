@@ -83,7 +83,9 @@ COMMANDS = [(f"{p.relative_to(ROOT)}:{line}", cmd) for p in DOCS for line, cmd i
 
 
 def _env():
-    return dict(os.environ, HF_HUB_OFFLINE="1")
+    # SELFREPAIR_ASSUME_CUDA: the documents' GPU commands (the gpu profile sets device=cuda)
+    # are planned here too, on a machine without CUDA (workflow/rules/common.smk)
+    return dict(os.environ, HF_HUB_OFFLINE="1", SELFREPAIR_ASSUME_CUDA="1")
 
 
 def _split(cmd: str) -> tuple[dict, str, list[str]]:

@@ -269,8 +269,10 @@ def test_device_auto_declares_no_gpu_without_cuda(tmp_path):
     for rule in COMPUTE_WITH_GPU:
         assert all("gpu=0" in x for x in jobs[rule]), (rule, jobs[rule])
     assert "gpu=1" not in r.stdout + r.stderr
-    # device=cuda insists: the same jobs then declare the GPU (what the parser above sees)
-    r = snakemake("-n", "--directory", str(tmp_path), *configs(), "--config", "device=cuda")
+    # device=cuda insists: the same jobs then declare the GPU (what the parser above sees);
+    # without CUDA here only a plan for elsewhere (SELFREPAIR_ASSUME_CUDA=1), else refused
+    env = dict(os.environ, SELFREPAIR_ASSUME_CUDA="1")
+    r = snakemake("-n", "--directory", str(tmp_path), *configs(), "--config", "device=cuda", env=env)
     jobs = job_resources(r.stdout + r.stderr)
     for rule in COMPUTE_WITH_GPU:
         assert all("gpu=1" in x for x in jobs[rule]), (rule, jobs[rule])

@@ -149,10 +149,12 @@ def test_no_import_circle_between_packages():
 
 
 def test_the_workflow_imports_stay_torch_free():
-    """The Snakefile imports core.numerics (common.smk) and heroes.grid (heroes_grid.smk)
-    to build the DAG: neither may pull in torch."""
+    """The Snakefile imports core.numerics, local_files, published (common.smk),
+    heroes.grid (heroes_grid.smk) and tasks.distinct (gim.smk) to build the DAG: none may
+    pull in torch."""
     code = (
-        "import sys; from selfrepair.core import numerics, runtime; from selfrepair.heroes import grid; "
+        "import sys; from selfrepair.core import numerics, runtime, local_files, published; "
+        "from selfrepair.heroes import grid; from selfrepair.tasks import distinct; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

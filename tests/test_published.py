@@ -43,6 +43,37 @@ def test_bad_claims_are_rejected(tmp_path):
         published.load_claims(f, "heroes")
 
 
+def test_claims_file_problems_name_each_claim(tmp_path):
+    """file_problems (the workflow's parse-time check): every claim without its finite
+    number and tolerance, or its text, named by paper and id; the real file has none."""
+    assert published.file_problems(ROOT / "config" / "published.yaml") == []
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "heroes:\n"
+        "  - {id: a, claim: x, source: s, tolerance: 1}\n"
+        "  - {id: b, claim: x, source: s, value: 1}\n"
+        "  - {id: c, claim: x, source: s, value: .nan, tolerance: -1}\n"
+        "coax:\n"
+        "  - {id: d, claim: x, source: s, kind: text}\n"
+        "  - {id: e, claim: x, source: s, kind: textual, text: t}\n"
+        "  - {id: f, claim: x, source: s, value: '1', tolerance: true}\n"
+    )
+    assert published.file_problems(f) == [
+        "numeric claim 'a' of 'heroes' needs a number 'value' (it has none)",
+        "numeric claim 'b' of 'heroes' needs a number 'tolerance' (it has none)",
+        "numeric claim 'c' of 'heroes': value nan is not a finite number",
+        "numeric claim 'c' of 'heroes': tolerance -1 is negative",
+        "text claim 'd' of 'coax' needs its 'text'",
+        "claim 'e' of 'coax': kind 'textual' is not one of number, text",
+        "numeric claim 'f' of 'coax' needs a number 'value' (not '1')",
+        "numeric claim 'f' of 'coax' needs a number 'tolerance' (not True)",
+    ]
+    with pytest.raises(ValueError, match="numeric claim 'b' of 'heroes' needs a number 'tolerance'"):
+        published.load_claims(f, "heroes")
+    f.write_text("heroes: [1\n")
+    assert published.file_problems(f)[0].startswith("not valid YAML")
+
+
 def test_reference_tables_agree_with_published_yaml():
     """results/reference/ (copied from a full default run) lists every published number of
     config/published.yaml with the same value, and its statuses follow from its numbers."""

@@ -12,14 +12,15 @@ import pytest
 import yaml
 
 import golden_suite
+from selfrepair.core import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GOLDEN = ROOT / "tests" / "golden"
 
 
-def snakemake(*args, cwd=ROOT, check=True, timeout=1800):
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+def snakemake(*args, cwd=ROOT, check=True, timeout=1800, env=None):
+    env = dict(os.environ if env is None else env, HF_HUB_OFFLINE="1")
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), *args]
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
@@ -54,14 +55,78 @@ def configs(*extra):
             "gim.models: name 'a' appears 2 times",
         ),
         ("coax:\n  pruning: {sparsities: []}\n", "coax.pruning.sparsities: [] should be non-empty"),
+        (  # MIB's batch weighting needs full batches
+            "gim:\n  n_eval: 16\n  batch_size: 6\n",
+            "gim.batch_size (6) does not divide gim.n_eval (16): under gim.weighting mib",
+        ),
+        (
+            "gim:\n  mib: {n_eval: 100, batch_size: 16}\n",
+            "gim.mib.batch_size (16) does not divide gim.mib.n_eval (100)",
+        ),
+        ("gim:\n  weighting: batch\n", "gim.weighting: 'batch' is not one of ['mib', 'example']"),
+        # a learning rate of 0 (or below) in every section that trains
+        ("heroes:\n  train: {lr: 0}\n", "heroes.train.lr: 0 is less than or equal to the minimum of 0"),
+        ("coax:\n  ioi:\n    train: {lr: -0.001}\n", "coax.ioi.train.lr: -0.001 is less than or equal to the minimum"),
+        (
+            "coax:\n  induction:\n    train: {lr: 0}\n",
+            "coax.induction.train.lr: 0 is less than or equal to the minimum",
+        ),
+        (
+            "coax:\n  pruning:\n    train: {lr: 0.0}\n",
+            "coax.pruning.train.lr: 0.0 is less than or equal to the minimum",
+        ),
+        ("gim:\n  train: {lr: 0}\n", "gim.train.lr: 0 is less than or equal to the minimum of 0"),
+        pytest.param(
+            "device: cuda\n",
+            "device: 'cuda', but CUDA is not available on this machine",
+            marks=pytest.mark.skipif(runtime.cuda_available(), reason="this check needs a machine without CUDA"),
+        ),
+        # names that must be among others of the config
+        ("gim:\n  speed: {model: nosuch}\n", "gim.speed.model: 'nosuch' is not a model of gim.models (one of: tiny)"),
+        ("gim:\n  speed: {task: ioi}\n", "gim.speed.task: 'ioi' is not one of gim.tasks (arithmetic)"),
+        # more examples than a task has distinct prompts (arithmetic: 20 x 20 operands)
+        ("gim:\n  n_eval: 5000\n", "gim.n_eval: 5000 exceeds the 400 distinct prompts of task arithmetic"),
+        ("gim:\n  speed: {n_eval: 401}\n", "gim.speed.n_eval: 401 exceeds the 400 distinct prompts of task arithmetic"),
     ],
 )
 def test_invalid_config_is_rejected_naming_the_key(tmp_path, bad, message):
     f = tmp_path / "bad.yaml"
     f.write_text(bad)
-    r = snakemake("-n", "--directory", str(tmp_path), *configs(f), check=False)
+    env = {k: v for k, v in os.environ.items() if k != "SELFREPAIR_ASSUME_CUDA"}
+    r = snakemake("-n", "--directory", str(tmp_path), *configs(f), check=False, env=env)
     assert r.returncode != 0
     assert message in r.stdout + r.stderr
+
+
+def test_a_claim_without_its_number_is_rejected_naming_it(tmp_path):
+    """config key published: a claim that lost its value (or tolerance) stops the parse,
+    naming the file and the claim, not the job that compares it hours later."""
+    claims = yaml.safe_load((ROOT / "config" / "published.yaml").read_text())
+    del claims["heroes"][0]["value"]
+    del claims["coax"][1]["tolerance"]
+    f = tmp_path / "claims.yaml"
+    f.write_text(yaml.safe_dump(claims, sort_keys=False))
+    r = snakemake("-n", "--directory", str(tmp_path), *configs(), "--config", f"published={f}", check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"published: {f}: numeric claim {claims['heroes'][0]['id']!r} of 'heroes' needs a number 'value'" in out
+    assert f"numeric claim {claims['coax'][1]['id']!r} of 'coax' needs a number 'tolerance'" in out
+
+
+def test_a_yaml_error_in_the_default_config_names_file_line_and_column(tmp_path):
+    """The Snakefile's own `configfile: config/config.yaml` (of the working directory):
+    Snakemake's message names neither file nor line; the parse's does."""
+    (tmp_path / "config").mkdir()
+    shutil.copy(ROOT / "config" / "published.yaml", tmp_path / "config")
+    lines = (ROOT / "config" / "config.yaml").read_text().splitlines()
+    i = next(n for n, x in enumerate(lines) if x.startswith("papers:"))
+    lines[i] = "papers: [heroes, coax"  # the bracket never closes
+    (tmp_path / "config" / "config.yaml").write_text("\n".join(lines) + "\n")
+    r = snakemake("-n", "--directory", str(tmp_path), check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"{tmp_path / 'config' / 'config.yaml'}: not valid YAML at line " in out, out[-2000:]
+    assert f"(while parsing a flow sequence at line {i + 1})" in out
 
 
 def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
@@ -83,6 +148,7 @@ def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
         "--config",
         "papers=[gim]",
         "device=cuda",
+        env=dict(os.environ, SELFREPAIR_ASSUME_CUDA="1"),  # plans a GPU run here, without a GPU
     )
     out = r.stdout + r.stderr
     compute = out.count("rule gim_train:")

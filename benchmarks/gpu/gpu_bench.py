@@ -466,6 +466,7 @@ def check_steps() -> list[str]:
         problems.append(f"run.sh: {r.stderr.strip()}")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     env["HF_HUB_OFFLINE"] = "1"
+    env["SELFREPAIR_ASSUME_CUDA"] = "1"  # device=cuda, planned here without a GPU (workflow/rules/common.smk)
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(ROOT / "config", Path(tmp) / "config")
         for name, targets in (("step 1", PHASE1), ("step 2", ())):

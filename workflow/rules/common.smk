@@ -1,5 +1,6 @@
 # Shared helpers: config validation, code hashing, target registry.
 import hashlib
+import os
 import sys as _sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
 _sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from selfrepair.core import numerics as _numerics  # noqa: E402  imports no torch
 from selfrepair.core import local_files as _local_files  # noqa: E402  imports no torch
+from selfrepair.core import published as _published  # noqa: E402  imports no torch
 
 
 def check_config(section, schema_name, where):
@@ -95,6 +97,25 @@ COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])
 # GPU device node). On a cluster that is the login node's answer: set device=cuda there
 # (workflow/profiles/slurm then asks sbatch for one GPU per compute job).
 GPU_JOB = int(DEVICE != "cpu" and (DEVICE != "auto" or _cuda_available()))
+# device cuda without CUDA here: refused before any job starts, where the jobs run on this
+# machine. Not where they may run elsewhere: a cluster executor needs --jobs (the slurm
+# and local-cluster profiles set it; for local runs Snakemake turns --jobs into --cores),
+# nor in a job's own parse on a cluster node (the CPU-only jobs of a GPU run go there too);
+# a compute job without CUDA stops at its start (core.device.resolve_device).
+# SELFREPAIR_ASSUME_CUDA=1 plans a GPU run from a machine without one (a dry run).
+if (
+    DEVICE == "cuda"
+    and workflow.is_main_process
+    and workflow.resource_settings.nodes is None
+    and os.environ.get("SELFREPAIR_ASSUME_CUDA") != "1"
+    and not _cuda_available()
+):
+    raise WorkflowError(
+        "invalid config:\n  device: 'cuda', but CUDA is not available on this machine, "
+        "where the jobs would run: set device=auto (a GPU where there is one) or cpu, or run "
+        "on a machine with a GPU (or a cluster's: --workflow-profile workflow/profiles/slurm); "
+        "SELFREPAIR_ASSUME_CUDA=1 lets a dry run plan a GPU run from here"
+    )
 TARGETS = {}  # paper -> list of final files, filled by each paper's rule file
 # The published claims: relative to the working directory, else to the workflow (so that
 # `--directory elsewhere` finds the repository's config/published.yaml). Missing in both:
@@ -112,6 +133,16 @@ if not _published_found:
         "(git checkout config/published.yaml) or set --config published=PATH"
     )
 PUBLISHED = str(_published_found[0])
+# Each claim there with its number and tolerance (or its text): checked here, not first
+# in the job that compares it, hours later (selfrepair.core.published.file_problems).
+_problems = _published.file_problems(PUBLISHED)
+if _problems:
+    raise WorkflowError(
+        "invalid config:\n"
+        + "\n".join(
+            f"  published: {_published_found[0].resolve()}: {p}" for p in _problems
+        )
+    )
 
 
 def code_hash(*modules):

@@ -11,6 +11,7 @@
 
 
 # The gim section is validated (defaults filled in) in common.smk.
+from selfrepair.tasks import distinct as _distinct  # noqa: E402  imports no torch
 
 GIM = config["gim"]
 G_DIR = "results/gim"
@@ -21,6 +22,47 @@ G_MODELS = {
 # Self-repair, feature attribution and speed use the first seed's models only.
 G_SEEDS = [int(s) for s in (GIM.get("seeds") or [GIM["seed"]])]
 G_SEED0 = G_SEEDS[0]
+# What the schema cannot say: the speed comparison's model and task are ones trained
+# here, and no sample is larger than its task's distinct prompts (tasks.distinct).
+_problems = []
+if GIM["speed"]["model"] not in G_MODELS:
+    _problems.append(
+        f"gim.speed.model: {GIM['speed']['model']!r} is not a model of gim.models "
+        f"(one of: {', '.join(G_MODELS)})"
+    )
+if GIM["speed"]["task"] not in GIM["tasks"]:
+    _problems.append(
+        f"gim.speed.task: {GIM['speed']['task']!r} is not one of gim.tasks "
+        f"({', '.join(GIM['tasks'])}), whose models are the ones trained"
+    )
+for _key, _n, _tasks in (
+    ("gim.n_eval", GIM["n_eval"], GIM["tasks"]),
+    ("gim.selfrepair.n_inputs", GIM["selfrepair"]["n_inputs"], GIM["tasks"]),
+    ("gim.speed.n_eval", GIM["speed"]["n_eval"], [GIM["speed"]["task"]]),
+):
+    for _gtask in _tasks:
+        if _distinct.too_many(_key, _n, _gtask):
+            _problems.append(_distinct.too_many(_key, _n, _gtask))
+# MIB's batch weighting needs equal batches to weigh every example alike, as MIB's own
+# settings have them (100 examples in batches of 20).
+if GIM["weighting"] == "mib":
+    for _n, _nv, _b, _bv in (
+        ("gim.n_eval", GIM["n_eval"], "gim.batch_size", GIM["batch_size"]),
+        (
+            "gim.mib.n_eval",
+            GIM["mib"]["n_eval"],
+            "gim.mib.batch_size",
+            GIM["mib"]["batch_size"],
+        ),
+    ):
+        if _nv % _bv:
+            _problems.append(
+                f"{_b} ({_bv}) does not divide {_n} ({_nv}): under gim.weighting mib (MIB's "
+                "batch weighting) every batch must be full; choose a divisor, or set "
+                "gim.weighting: example"
+            )
+if _problems:
+    raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
 G_M = f"{G_DIR}/{{gtask}}/{{gmodel}}/seed{{gseed}}"
 G_CLAIMS = PUBLISHED
 G_TRAIN_CODE = (
@@ -127,6 +169,7 @@ rule gim_localize:
         n_eval=GIM["n_eval"],
         data_seed=GIM["data_seed"],
         batch_size=GIM["batch_size"],
+        weighting=GIM["weighting"],
         ig_steps=GIM["ig_steps"],
         fractions=GIM["fractions"],
         circuit_fraction=GIM["circuit_fraction"],
@@ -403,6 +446,7 @@ rule gim_mib:
         ),
         n_eval=GIM["mib"]["n_eval"],
         batch_size=GIM["mib"]["batch_size"],
+        weighting=GIM["weighting"],
         methods=GIM["methods"],
         eactp_max_edges=GIM["eactp_max_edges"],
         ig_steps=GIM["ig_steps"],

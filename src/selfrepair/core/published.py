@@ -72,22 +72,68 @@ class Holds:
     evidence: str
 
 
+KINDS = ("number", "text")
+
+
+def claim_problems(claim, paper: str) -> list[str]:
+    """What is wrong with one claim of ``paper`` (empty: nothing): it lacks its id, claim
+    or source; a number claim lacks a finite number ``value`` or a finite ``tolerance`` >= 0
+    (a missing tolerance would silently mean 0); a text claim lacks its ``text``."""
+    if not isinstance(claim, dict):
+        return [f"a claim of {paper!r} is not a mapping: {claim!r}"]
+    out = [f"a claim of {paper!r} lacks {k!r}: {claim}" for k in ("id", "claim", "source") if k not in claim]
+    name, kind = claim.get("id"), claim.get("kind", "number")
+    if kind == "number":
+        for key in ("value", "tolerance"):
+            x = claim.get(key)
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                got = f"not {x!r}" if key in claim else "it has none"
+                out.append(f"numeric claim {name!r} of {paper!r} needs a number {key!r} ({got})")
+            elif not math.isfinite(x):
+                out.append(f"numeric claim {name!r} of {paper!r}: {key} {x} is not a finite number")
+            elif key == "tolerance" and x < 0:
+                out.append(f"numeric claim {name!r} of {paper!r}: tolerance {x} is negative")
+    elif kind == "text":
+        if not isinstance(claim.get("text"), str) or not claim["text"].strip():
+            out.append(f"text claim {name!r} of {paper!r} needs its 'text'")
+    else:
+        out.append(f"claim {name!r} of {paper!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
+    return out
+
+
+def _section_problems(claims, paper: str) -> list[str]:
+    if claims is None:
+        return []
+    if not isinstance(claims, list):
+        return [f"section {paper!r} is not a list of claims"]
+    out, ids = [], [c.get("id") for c in claims if isinstance(c, dict) and "id" in c]
+    for c in claims:
+        out += claim_problems(c, paper)
+    out += [f"duplicate claim id {i!r} in {paper!r}" for i in sorted({i for i in ids if ids.count(i) > 1}, key=str)]
+    return out
+
+
+def file_problems(path: str | Path) -> list[str]:
+    """Every problem of the claims file ``path``, each naming the paper and claim id (empty:
+    well formed). The workflow calls it at parse time (workflow/rules/common.smk), so that
+    a claim without its number stops the run before any job starts."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        return [f"not valid YAML: {e}"]
+    if not isinstance(data, dict):
+        return ["not a mapping of paper -> list of claims"]
+    return [p for paper, claims in data.items() for p in _section_problems(claims, paper)]
+
+
 def load_claims(path: str | Path, paper: str) -> list[dict]:
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict) or paper not in data:
         raise ValueError(f"{path} has no section {paper!r}")
-    claims = data[paper] or []
-    seen = set()
-    for c in claims:
-        for key in ("id", "claim", "source"):
-            if key not in c:
-                raise ValueError(f"{path}: a claim of {paper!r} lacks {key!r}: {c}")
-        if c["id"] in seen:
-            raise ValueError(f"{path}: duplicate claim id {c['id']!r} in {paper!r}")
-        seen.add(c["id"])
-        if c.get("kind", "number") == "number" and not isinstance(c.get("value"), (int, float)):
-            raise ValueError(f"{path}: numeric claim {c['id']!r} needs a number 'value'")
-    return claims
+    problems = _section_problems(data[paper], paper)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return data[paper] or []
 
 
 def _nan(x) -> bool:
