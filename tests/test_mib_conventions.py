@@ -87,3 +87,22 @@ def test_top_n_ties_go_in_mib_argsort_order():
     a = s.abs().masked_fill(~g.valid, float("-inf")).flatten()
     by_topk = {n for n, (i, j) in index.items() if i * s.shape[1] + j in set(torch.topk(a, 3).indices.tolist())}
     assert by_topk != want  # the convention matters on this case
+
+
+def test_mib_reported_edge_count_is_one_pruning_sweep():
+    """One layer, one head. The top 2 edges: a0.h0->m0 (0.9) and m0->logits (0.8). The head
+    has no incoming edge, so one sweep (the pinned EAP-IG's prune after apply_topn) drops
+    a0.h0->m0 and keeps m0->logits, since m0 still had both edges when the sweep looked:
+    MIB's leaderboard counts 1 edge. At the fixed point m0 has lost its input too, so the
+    circuit MIB evaluates (and we do) is empty."""
+    from selfrepair.gim.graph import mib_reported_edges
+
+    g = Graph.build(1, 1, 16)
+    index = g.edge_index()
+    s = torch.full(g.valid.shape, 0.01)
+    s[index["a0.h0->m0"]], s[index["m0->logits"]] = 0.9, 0.8
+    assert mib_reported_edges(g, s, 2, absolute=True) == 1
+    assert int(top_edges(g, s, 2, absolute=True).sum()) == 0
+    # a connected top-n circuit: both counts agree (input->logits alone)
+    s[index["input->logits"]] = 1.0
+    assert mib_reported_edges(g, s, 1, absolute=True) == int(top_edges(g, s, 1, absolute=True).sum()) == 1

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from selfrepair.gim.backward import with_hooks
-from selfrepair.gim.graph import SELECTIONS, Graph, n_edges_at, select_edges
+from selfrepair.gim.graph import SELECTIONS, Graph, mib_reported_edges, n_edges_at, select_edges
 from selfrepair.gim.hooks import (
     POST_NORM_INPUT,
     attn_post_norms,
@@ -292,7 +292,8 @@ def faithfulness_curve(
     C = ``int(fraction * n_edges)`` edges chosen by ``selection`` (``"topn"``: the top
     edges, ``"greedy"``: :func:`greedy_edges`; :func:`selection_rule` gives a method's)
     with dangling edges pruned (``n_edges``: that count; ``n_kept``: the edges left
-    after pruning)."""
+    after pruning, the circuit evaluated; ``n_reported``: the count MIB's leaderboard
+    gives a top-n circuit, :func:`graph.mib_reported_edges`)."""
     return faithfulness_curves(bridge, graph, data, scores, fractions, (absolute,), batch_size, selection)[absolute]
 
 
@@ -330,6 +331,9 @@ def faithfulness_curves(
                 "selection": selection,
                 "n_edges": n,
                 "n_kept": int(mask.sum()),
+                # MIB's leaderboard count of a top-n circuit (one pruning sweep); NaN for the
+                # greedy rule, whose count we do not emulate
+                "n_reported": mib_reported_edges(graph, scores, n, absolute) if selection == "topn" else float("nan"),
                 "metric": mc,
                 "faithfulness": (mc - m_empty) / (m_full - m_empty),
             }

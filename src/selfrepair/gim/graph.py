@@ -128,13 +128,17 @@ def _node_of(name: str) -> str:
     return name.split("<")[0]
 
 
-def prune_dangling(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
+def prune_dangling(graph: Graph, mask: torch.Tensor, passes: int | None = None) -> torch.Tensor:
     """MIB's pruning (EAP-IG ``Graph.apply_topn(..., prune=True)``), to a fixed point.
 
     A node stays only if it has an in-graph incoming edge (``input`` counts as having one;
     the q/k/v inputs of a head are one node) and an in-graph outgoing edge (``logits`` is
     always kept); every edge out of or into a dropped node is dropped. Repeated until
     nothing changes, so what remains is the union of the input -> logits paths of ``mask``.
+    ``passes=1``: one sweep only, what the EAP-IG commit MIB pins (7af394a) does after
+    ``apply_topn`` (its loop compares the node set with the one ``apply_topn`` just set
+    from the same edges, so it stops after the first sweep): the circuit whose edges MIB's
+    leaderboard counts (:func:`mib_reported_edges`).
     """
     nodes = list(dict.fromkeys(graph.forward + [_node_of(v) for v in graph.backward]))
     pos = {n: k for k, n in enumerate(nodes)}
@@ -147,7 +151,9 @@ def prune_dangling(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
     has_in_always = torch.tensor([n == "input" for n in nodes])
     has_out_always = torch.tensor([n == "logits" for n in nodes])
     mask = mask & graph.valid
-    while True:
+    done = 0
+    while passes is None or done < passes:
+        done += 1
         has_out = (src.float() @ mask.any(dim=1).float() > 0) | has_out_always
         has_in = (dst.float() @ mask.any(dim=0).float() > 0) | has_in_always
         alive = has_in & has_out
@@ -157,6 +163,15 @@ def prune_dangling(graph: Graph, mask: torch.Tensor) -> torch.Tensor:
         if torch.equal(pruned, mask):
             return mask
         mask = pruned
+    return mask
+
+
+def mib_reported_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool) -> int:
+    """The edge count MIB's leaderboard reports for a top-``n`` circuit
+    (``weighted_edge_count`` after the pinned EAP-IG's ``apply_topn(n, prune=True)``): the
+    top ``n`` edges after one pruning sweep. It can exceed the circuit MIB evaluates,
+    which ``evaluate_graph`` prunes to the fixed point (:func:`top_edges`, ``n_kept``)."""
+    return int(prune_dangling(graph, top_edges(graph, scores, n, absolute, prune=False), passes=1).sum())
 
 
 def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune: bool = True) -> torch.Tensor:
