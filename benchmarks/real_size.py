@@ -242,12 +242,19 @@ def parts_of(name: str, real: dict, mib: dict, methods: list[str]) -> list[str]:
     return parts
 
 
+def mib_batch(n_eval: int, most: int = 20) -> int:
+    """The largest batch of at most ``most`` (MIB's default) that divides ``n_eval``: under
+    gim.weighting mib (MIB's batch weighting) every batch must be full."""
+    return max(b for b in range(1, min(most, n_eval) + 1) if n_eval % b == 0)
+
+
 def job_config(name: str, part: str, root: Path, models: str, n_prompts: int, n_eval: int) -> dict:
     data = str(root / "mib")
     absent = "/nonexistent/none"
     if part.startswith("mib:"):
         return {"papers": ["gim"], "gim": {"methods": [part[4:]], "mib": {
-            "models": [name], "datasets": [MIB_DATASET], "search_paths": [models, data], "n_eval": n_eval}}}  # fmt: skip
+            "models": [name], "datasets": [MIB_DATASET], "search_paths": [models, data], "n_eval": n_eval,
+            "batch_size": mib_batch(n_eval)}}}  # fmt: skip
     real = {"search_paths": [models], "ioi_model": absent, "wakeup_models": [], "induction_models": [],
             "n_prompts": n_prompts, "data_seeds": [11]}  # fmt: skip
     real["ioi_model" if part == "ioi" else f"{part}_models"] = name if part == "ioi" else [name]
