@@ -1,13 +1,12 @@
-"""benchmarks/gpu (the GPU run in one call) checked on the CPU: the wheel list against the
-lock, the folder check on made-up wheels, the LZMA re-zip and both installs, the probe,
-the table, and the dry run of the run's Snakemake steps; the prepared folder itself
-when there is one (`bash benchmarks/gpu/run.sh prepare`)."""
+"""benchmarks/gpu (the GPU run in one call) checked on the CPU: pip's check of made-up
+wheel folders (offline: what is missing, extra, changed, off the lock or for another
+platform), the placeholders, the LZMA re-zip and the install, the probe, the table, and
+the dry run of the run's Snakemake steps; the prepared folder itself when there is one
+(`bash benchmarks/gpu/run.sh prepare`: the lock's versions, minus the GPU machine's)."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -24,66 +23,7 @@ _spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "benchmarks" 
 gb = importlib.util.module_from_spec(_spec)
 sys.modules["gpu_bench"] = gb
 _spec.loader.exec_module(gb)
-
-
-@pytest.fixture(scope="module")
-def plan():
-    return gb.lock_plan()
-
-
-def test_the_wheel_list_is_the_lock_minus_what_the_gpu_machine_has(plan):
-    lock = gb.read_lock()
-    assert all(lock[n] == v for n, v in plan.needed.items())
-    for n in ("snakemake", "snakemake-executor-plugin-slurm", "transformer-lens", "datasets", "pyarrow", "captum"):
-        assert n in plan.needed, n
-    for n in (*gb.GPU_HAS, "numpy", "huggingface-hub", "tokenizers", "safetensors", "pyyaml", "jinja2"):
-        assert n in plan.gpu and n not in plan.needed, n
-    assert set(plan.left_out) == {"wandb", "pulp"} and not set(plan.left_out) & set(plan.needed)
-    assert "opentelemetry-sdk" not in plan.needed, "wandb's own dependencies travel although wandb does not"
-    requires_of = gb.installed_requires(lock)
-    for name in plan.needed:  # closed: every requirement is sent, on the GPU machine, or left out
-        for dep, _ in gb.dependencies(requires_of(name)):
-            assert dep in plan.allowed(), f"{name} needs {dep}"
-
-
-def test_a_drift_from_the_lock_is_an_error():
-    lock = gb.read_lock()
-    with pytest.raises(gb.PlanError, match="snakemake is 9.* here but 0.1 in requirements.lock"):
-        gb.make_plan({**lock, "snakemake": "0.1"}, gb.installed_requires({**lock, "snakemake": "0.1"}), ["snakemake"])
-    short = {n: v for n, v in lock.items() if n != "yte"}
-    with pytest.raises(gb.PlanError, match="not pinned in requirements.lock: yte"):
-        gb.make_plan(short, gb.installed_requires(short), ["snakemake"])
-
-
-def test_markers_are_read_for_python_3_12_on_linux():
-    deps = gb.dependencies(
-        ['a; python_version < "3.12"', 'b; python_version >= "3.12"', 'c; sys_platform == "win32"', 'd; extra == "x"']
-    )
-    assert [n for n, _ in deps] == ["b"]
-    assert [n for n, _ in gb.dependencies(['d; extra == "x"'], frozenset({"x"}))] == ["d"]
-
-
-@pytest.mark.parametrize(
-    "name, ok",
-    [
-        ("pyarrow-26.0.1-cp312-cp312-manylinux_2_28_x86_64.whl", True),
-        ("pyyaml-6.0.4-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", True),
-        ("attrs-26.1.0-py3-none-any.whl", True),
-        ("x-1.0-cp311-abi3-manylinux_2_17_x86_64.whl", True),
-        ("x-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", False),
-        ("x-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", False),
-        ("x-1.0-cp312-cp312-musllinux_1_2_x86_64.whl", False),
-        ("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", False),
-        ("x-1.0-cp312-cp312-macosx_11_0_arm64.whl", False),
-        ("x-1.0.tar.gz", False),
-    ],
-)
-def test_only_wheels_for_cpython_3_12_on_manylinux_x86_64(name, ok):
-    if ok:
-        assert gb.wheel_name(name)[0] in ("pyarrow", "pyyaml", "attrs", "x")
-    else:
-        with pytest.raises(gb.PlanError):
-            gb.wheel_name(name)
+import gpu_measure as gm  # noqa: E402  (benchmarks/gpu, on sys.path through gpu_bench)
 
 
 def make_wheel(folder: Path, name: str, version: str, requires=(), tag="py3-none-any", files=None) -> Path:
@@ -101,13 +41,10 @@ def make_wheel(folder: Path, name: str, version: str, requires=(), tag="py3-none
     return path
 
 
-def write_manifest(folder: Path) -> None:
-    wheels = [{"file": p.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in folder.glob("*.whl")]
-    (folder / "manifest.json").write_text(json.dumps({"wheels": wheels}))
-
-
 @pytest.fixture
 def folder(tmp_path):
+    """A made-up folder as prepare leaves it: alpha and beta from the index, the project,
+    and the GPU machine's torch and the left-out wandb as placeholders; its lock."""
     src = tmp_path / "src"
     (src / "selfrepair").mkdir(parents=True)
     (src / "selfrepair" / "__init__.py").write_text("X = 1\n")
@@ -116,48 +53,90 @@ def folder(tmp_path):
     make_wheel(d, "alpha", "1.0", ["beta>=2", "torch>=2.6", 'wandb; python_version >= "3.9"', 'nope; os_name == "nt"'])
     make_wheel(d, "beta", "2.0")
     make_wheel(d, "selfrepair", "0.1.0", ["alpha", "torch==2.13.0"], files={"selfrepair/__init__.py": "X = 1\n"})
-    write_manifest(d)
-    plan = gb.Plan({"alpha": "1.0", "beta": "2.0"}, {"torch"}, {"wandb": "not used"})
-    return d, plan, src
+    gb.write_pins(d)
+    gb.placeholders(d / "gpu-has", {"torch": "2.13.0", "wandb": "0.31.0"})
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("alpha==1.0\nbeta==2.0\ntorch==2.13.0\nwandb==0.31.0\n")
+    return d, src, lock
 
 
 def test_a_complete_folder_passes(folder):
-    d, plan, src = folder
-    assert gb.check_folder(d, plan, src) == []
+    d, src, lock = folder
+    assert gb.check_folder(d, src, lock) == []
+    pins = (d / "gpu-has" / "requirements.txt").read_text()
+    gb.placeholders(d / "gpu-has", {"torch": "2.13.0", "wandb": "0.31.0"})
+    assert (d / "gpu-has" / "requirements.txt").read_text() == pins, "placeholders differ from one call to the next"
+
+
+def repin(change):
+    return lambda d: (change(d), gb.write_pins(d))
 
 
 @pytest.mark.parametrize(
     "change, problem",
     [
-        (lambda d: (d / "beta-2.0-py3-none-any.whl").unlink(), r"no wheel of beta==2\.0"),
-        (lambda d: make_wheel(d, "gamma", "1.0"), r"gamma is not needed|not in manifest"),
-        (lambda d: make_wheel(d, "beta", "2.1"), r"two wheels of beta"),
-        (lambda d: make_wheel(d, "alpha", "1.0", ["gamma"]), r"needs gamma: not in the folder"),
-        (lambda d: make_wheel(d, "alpha", "1.0", ["beta<2"]), r"needs beta<2, the folder has beta 2\.0"),
-        (lambda d: make_wheel(d, "selfrepair", "0.1.0", files={"selfrepair/__init__.py": "X = 2\n"}), "not this tree"),
-        (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+        (repin(lambda d: (d / "beta-2.0-py3-none-any.whl").unlink()), r"beta"),
+        (lambda d: make_wheel(d, "gamma", "1.0"), r"gamma-1\.0-py3-none-any\.whl: pip does not take it"),
+        (lambda d: make_wheel(d, "beta", "2.1"), r"beta-2\.1-py3-none-any\.whl: pip does not take it"),
+        (repin(lambda d: make_wheel(d, "alpha", "1.0", ["beta", "gamma"])), r"gamma"),
+        (repin(lambda d: make_wheel(d, "alpha", "1.0", ["beta<2"])), r"alpha 1\.0 depends on beta<2"),
+        (repin(lambda d: make_wheel(d, "alpha", "1.0", ["numpy"])), r"numpy"),  # neither sent nor on the GPU machine
+        (lambda d: make_wheel(d, "alpha", "1.0", ["beta"]), r"(?i)hash"),  # changed after prepare
+        (
+            repin(lambda d: make_wheel(d, "selfrepair", "0.1.0", files={"selfrepair/__init__.py": "X = 2\n"})),
+            "not this tree",
+        ),
+        (lambda d: (d / "requirements.txt").unlink(), "no requirements.txt"),
     ],
 )
 def test_the_folder_check_names_what_is_wrong(folder, change, problem):
-    d, plan, src = folder
+    d, src, lock = folder
     change(d)
-    problems = gb.check_folder(d, plan, src)
+    problems = gb.check_folder(d, src, lock)
     assert any(re.search(problem, p) for p in problems), problems
 
 
-def test_a_wrong_version_or_platform_is_caught(folder):
-    d, plan, src = folder
+def test_a_drift_from_the_lock_is_an_error(folder):
+    d, src, lock = folder
+    lock.write_text(lock.read_text().replace("beta==2.0", "beta==2.1"))
+    problems = gb.check_folder(d, src, lock)
+    assert any("beta==2.1" in p and "constraint" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "tag, ok",
+    [
+        ("cp312-cp312-manylinux_2_28_x86_64", True),
+        ("cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64", True),
+        ("cp311-abi3-manylinux_2_17_x86_64", True),
+        ("cp311-cp311-manylinux_2_28_x86_64", False),
+        ("cp312-cp312-manylinux_2_34_x86_64", False),
+        ("cp312-cp312-musllinux_1_2_x86_64", False),
+        ("cp312-cp312-manylinux_2_28_aarch64", False),
+        ("cp312-cp312-macosx_11_0_arm64", False),
+    ],
+)
+def test_only_wheels_for_cpython_3_12_on_manylinux_x86_64(folder, tag, ok):
+    d, src, lock = folder
     (d / "beta-2.0-py3-none-any.whl").unlink()
-    make_wheel(d, "beta", "2.1", tag="cp312-cp312-macosx_11_0_arm64")
-    make_wheel(d, "beta", "2.1")
-    write_manifest(d)
-    problems = gb.check_folder(d, plan, src)
-    assert any("beta 2.1, the lock has 2.0" in p for p in problems), problems
-    assert any("no tag CPython 3.12" in p for p in problems), problems
+    make_wheel(d, "beta", "2.0", tag=tag)
+    gb.write_pins(d)
+    assert (gb.check_folder(d, src, lock) == []) == ok
 
 
-@pytest.mark.parametrize("use_pip", [True, False])
-def test_a_re_zipped_wheel_keeps_its_files_and_installs(tmp_path, use_pip):
+def test_placeholders_stand_for_the_gpu_machine_over_the_index(folder):
+    """A placeholder (version+gpu) wins over a wheel of the same version, as over PyPI's,
+    and brings none of its requirements."""
+    d, src, lock = folder
+    make_wheel(d, "torch", "2.13.0", ["gamma"])
+    links = ["--find-links", d, "--find-links", d / "gpu-has", "-c", lock]
+    used = gb.pip(
+        "install", "--isolated", "--dry-run", "--ignore-installed", "--no-index", *links, "alpha", report=True
+    )
+    assert {u["metadata"]["name"]: u["metadata"]["version"] for u in used}["torch"] == "2.13.0+gpu"
+
+
+def test_a_re_zipped_wheel_keeps_its_files_and_installs(tmp_path):
     code = "VALUE = 'x' * 3\n" + "".join(f"V{i} = {i * i}\n" for i in range(3000))
     src = make_wheel(tmp_path, "alpha", "1.0", files={"alpha/__init__.py": code})
     d = tmp_path / "carried"
@@ -165,7 +144,8 @@ def test_a_re_zipped_wheel_keeps_its_files_and_installs(tmp_path, use_pip):
     gb.repack_lzma(src, d / src.name)
     with zipfile.ZipFile(d / src.name) as z:
         assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_LZMA}
-    gb.install(d, tmp_path / "site", use_pip=use_pip)
+    gb.write_pins(d)
+    gb.install(d, tmp_path / "site")
     r = subprocess.run(
         [sys.executable, "-c", "import alpha; print(alpha.VALUE)"],
         env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
@@ -184,7 +164,7 @@ def test_the_probe_records_a_snakemake_job_and_nothing_else(tmp_path):
     )
     for code in (job, "print('not a job')"):
         subprocess.run([sys.executable, "-c", code], env=env, check=True)
-    recs = gb.read_probe(log)
+    recs = gm.read_probe(log)
     assert len(recs) == 1, recs
     assert recs[0]["rule"] == "heroes_train" and recs[0]["wildcards"] == {"task": "sort", "seed": "42"}
     assert recs[0]["cuda"] is False and recs[0]["end"] >= recs[0]["start"]
@@ -209,7 +189,7 @@ def test_the_probe_sees_a_real_snakemake_script_job(tmp_path):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "out" / "7.txt").read_text() == "done"
-    assert [(p["rule"], p["wildcards"]) for p in gb.read_probe(log)] == [("a", {"x": "7"})]
+    assert [(p["rule"], p["wildcards"]) for p in gm.read_probe(log)] == [("a", {"x": "7"})]
 
 
 def test_rule_steps_are_the_reference_steps():
@@ -231,7 +211,7 @@ def test_rule_steps_are_the_reference_steps():
                 found[m.group(1) or m.group(2)] = part_and_step(path, ROOT / "benchmarks")
     assert len(found) >= 20, found
     for rule, step in found.items():
-        assert gb.rule_step(rule) == step, rule
+        assert gm.rule_step(rule) == step, rule
         assert step in ref, f"{rule}: {step} is not in {gb.REFERENCE.name}"
 
 
@@ -243,8 +223,8 @@ def test_the_samplers_output_is_parsed():
         "    0       4243     C      -      -      -      -      -      -    500      0    python3\n"
         "    0          -     -      -      -      -      -      -      -      -      -    -\n"
     )
-    assert gb.parse_pmon(pmon) == [{"pid": 4242, "sm": 37.0, "fb": 612.0}, {"pid": 4243, "sm": None, "fb": 500.0}]
-    dev = gb.parse_device("2026/01/02 03:04:05.500, 87, 10240\nbad line\n")
+    assert gm.parse_pmon(pmon) == [{"pid": 4242, "sm": 37.0, "fb": 612.0}, {"pid": 4243, "sm": None, "fb": 500.0}]
+    dev = gm.parse_device("2026/01/02 03:04:05.500, 87, 10240\nbad line\n")
     assert len(dev) == 1 and dev[0]["util"] == 87.0 and dev[0]["mem"] == 10240.0
     assert dev[0]["t"] % 1 == pytest.approx(0.5)
 
@@ -275,8 +255,8 @@ def test_the_table_joins_jobs_probes_samplers_and_the_reference():
             {"part": "gim", "step": "train", "jobs": 10, "wall_s": 200.0, "cpu_s": 150.0},
         ]
     )
-    table = gb.build_table(phases, bench, probes, pmon, device, ref)
-    assert list(table.columns) == gb.TABLE_COLUMNS
+    table = gm.build_table(phases, bench, probes, pmon, device, ref)
+    assert list(table.columns) == gm.TABLE_COLUMNS
     row = table[(table.phase == "step1") & (table.part == "heroes")].iloc[0]
     assert (row.jobs, row.wall_s, row.wall_per_job_s, row.longest_job_s, row.cpu_s) == (2, 100.0, 50.0, 60.0, 85.0)
     assert row.gpu_mem_peak_mib == 150.0 and row.gpu_mem_reserved_peak_mib == 160.0
@@ -309,11 +289,24 @@ def test_the_dry_run_plans_both_steps_on_cuda():
     assert gb.check_steps() == []
 
 
-@pytest.mark.skipif(not (gb.WHEELS / "manifest.json").exists(), reason="no prepared folder (run.sh prepare)")
-def test_the_prepared_folder_resolves_and_fits(plan):
-    assert gb.check_folder(gb.WHEELS, plan) == []
+@pytest.mark.skipif(not (gb.WHEELS / "requirements.txt").exists(), reason="no prepared folder (run.sh prepare)")
+def test_the_prepared_folder_resolves_fits_and_sends_the_lock_minus_the_gpu_machine():
+    assert gb.check_folder(gb.WHEELS) == []
     wheels, tree, problems = gb.size_report(gb.WHEELS)
     assert not problems, problems
+    lock = dict(re.findall(r"^([\w.-]+)==(\S+)", gb.LOCK.read_text(), re.M))
+    lock = {gb.canon(n): v for n, v in lock.items()}
+
+    def pins(path):
+        return dict(re.findall(r"^([\w.-]+)==(\S+) ", path.read_text(), re.M))
+
+    sent, there = pins(gb.WHEELS / "requirements.txt"), pins(gb.WHEELS / "gpu-has" / "requirements.txt")
+    assert all(lock[n] == v for n, v in sent.items() if n != gb.PROJECT), "a version differs from the lock"
+    for n in ("snakemake", "snakemake-executor-plugin-slurm", "transformer-lens", "datasets", "pyarrow", "captum"):
+        assert n in sent, n
+    for n in (*gb.GPU_HAS, "numpy", "huggingface-hub", "tokenizers", "safetensors", "pyyaml", "jinja2", *gb.LEFT_OUT):
+        assert n in there and n not in sent, n
+    assert "opentelemetry-sdk" not in sent, "wandb's own dependencies travel although wandb does not"
 
 
 def test_a_step_is_stopped_at_its_deadline(tmp_path):
