@@ -1,4 +1,4 @@
-"""`make status`, speed: seconds of `python -m selfrepair.workflow.status` on a running and
+"""`make status`, speed: seconds of `python -m selfrepair.tooling.status` on a running and
 on a finished tiny run, the count (snakemake --summary) started as before (plain
 Snakemake, which imports every installed executor plugin first: ``--plain-summary``) and
 as now (Snakemake with its built-in executors only), and without the count
@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from selfrepair.workflow import status  # noqa: E402
+from selfrepair.tooling import status  # noqa: E402
 
 BIN = Path(sys.executable).parent
 OUT = ROOT / "results" / "reference" / "benchmark_status.csv"
@@ -54,9 +54,9 @@ SECONDS = re.compile(r"^Default target \(snakemake --summary, ([\d.]+) s", re.M)
 
 
 def time_status(directory: Path, options: list[str]) -> dict:
-    """One `python -m selfrepair.workflow.status`: seconds to its first line and to its
+    """One `python -m selfrepair.tooling.status`: seconds to its first line and to its
     end, the state word of its head line, the count's own seconds and its count line."""
-    cmd = [sys.executable, "-m", "selfrepair.workflow.status", "--directory", str(directory), *options]
+    cmd = [sys.executable, "-m", "selfrepair.tooling.status", "--directory", str(directory), *options]
     with tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from selfrepair.coax import score  # noqa: E402
+from selfrepair.coax import claims  # noqa: E402
 from selfrepair.core import published, runtime  # noqa: E402
 
 smk = snakemake  # noqa: F821
@@ -17,9 +17,9 @@ t = {k: pd.read_csv(v) for k, v in smk.input.items() if k != "claims"}
 pub = {c["id"]: c.get("value") for c in published.load_claims(smk.input["claims"], "coax")}
 PUB_SYN = {s: pub[f"synthetic_{s}_auc"] for s in ("clean_energy", "clean_answer", "cond_answer", "coax")}
 # GPT-2 small IOI: the paper's ioi_auc_* and the release's ioi_auc_*_r21 (its AtP, which
-# averages magnitudes, is our atp_mag: score.IOI_AUC_CLAIMS maps claims to methods)
-PUB_IOI = {m: pub[c] for c, m in score.IOI_AUC_CLAIMS.items() if not c.endswith("_r21")}
-REL_IOI = {m: pub[c] for c, m in score.IOI_AUC_CLAIMS.items() if c.endswith("_r21")}
+# averages magnitudes, is our atp_mag: claims.IOI_AUC_CLAIMS maps claims to methods)
+PUB_IOI = {m: pub[c] for c, m in claims.IOI_AUC_CLAIMS.items() if not c.endswith("_r21")}
+REL_IOI = {m: pub[c] for c, m in claims.IOI_AUC_CLAIMS.items() if c.endswith("_r21")}
 PUB_WAKE = [pub[f"wakeup_ratio_{k}"] for k in range(4)]
 IOI_ORDER = ["single", "atp", "atp_mag", "eap_ig", "atp_star", "atp_star_2s", "cond_grad", "atp_2s", "amp_ratio"]
 IOI_ORDER += ["coax"]

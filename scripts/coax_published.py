@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.coax import real_models
-from selfrepair.coax import score as coax
+from selfrepair.coax import claims, real_models
 from selfrepair.core import published, runtime
 
 smk = snakemake  # noqa: F821
@@ -31,13 +30,13 @@ not_run.setdefault("limits_mlp_weak", "not run: the greater-than circuit (MLP-do
 not_run.setdefault(
     "limits_induction_shared", "not run: a qualitative reading of the paper's induction results; not scored"
 )
-measured = coax.measured_claims(pd.read_csv(i.synthetic), toy, real, not_run)
+measured = claims.measured_claims(pd.read_csv(i.synthetic), toy, real, not_run)
 wk = Path(i.real_tables) / "wakeup_models.csv"
 if "wakeup_scales" not in not_run and wk.exists():
-    measured["wakeup_scales"] = real_models.wakeup_scales(pd.read_csv(wk))
+    measured["wakeup_scales"] = claims.wakeup_scales(pd.read_csv(wk))
 table = published.compare("coax", published.load_claims(i.claims, "coax"), measured)
 table["protocol"] = f"COAX protocol {smk.params.protocol}, zero ablation of hook_z"
-files = real_models.model_files(status)  # which model files produced each real-model number
+files = claims.model_files(status)  # which model files produced each real-model number
 table["note"] = [
     f"{n}; model files: {files[c]}" if c in files and n else (f"model files: {files[c]}" if c in files else n)
     for c, n in zip(table["id"], table["note"].fillna(""))

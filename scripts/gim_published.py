@@ -6,8 +6,8 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 import pandas as pd  # noqa: E402
 
 from selfrepair.core.published import compare, load_claims  # noqa: E402
+from selfrepair.gim.claims import claims_evidence  # noqa: E402
 from selfrepair.gim.graph import Graph  # noqa: E402
-from selfrepair.gim.localization import claims_evidence  # noqa: E402
 
 claims = load_claims(snakemake.input.claims, "gim")  # noqa: F821
 loc = pd.read_csv(snakemake.input.localization)  # noqa: F821

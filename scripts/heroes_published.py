@@ -6,20 +6,20 @@ sequences), beside ``reproduced`` (all roles). Every numeric claim carries a 95%
 CI over seeds (``ci_low``/``ci_high``; the per-seed rho claims over resampled evaluation
 sequences), which decides reproduced / differs / fragile; the role counts and G per layer
 take theirs from the per-seed components table, the redundancy claims from
-redundancy_summary's CI columns (tables.measured_claims). ``authors_*``: each claim
+redundancy_summary's CI columns (claims.measured_claims). ``authors_*``: each claim
 under the authors'-code protocol, from the protocol grid's 'authors' cell when the grid
-runs it (tables.authors_columns; ``not run`` otherwise)."""
+runs it (claims.authors_columns; ``not run`` otherwise)."""
 
 import pandas as pd
 
 from selfrepair.core import published, runtime
-from selfrepair.heroes import tables as T
+from selfrepair.heroes import claims
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
 p = smk.params
 i = smk.input
-measured = T.measured_claims(
+measured = claims.measured_claims(
     pd.read_csv(i.seeds),
     pd.read_csv(i.rho),
     pd.read_csv(i.roles_by_layer),
@@ -32,9 +32,9 @@ measured = T.measured_claims(
     components=pd.read_csv(i.components),
 )
 table = published.compare("heroes", published.load_claims(i.claims, "heroes"), measured)
-stable = T.stable_claims(pd.read_csv(i.roles_by_layer), pd.read_csv(i.role_stability), p.threshold)
+stable = claims.stable_claims(pd.read_csv(i.roles_by_layer), pd.read_csv(i.role_stability), p.threshold)
 table.insert(table.columns.get_loc("reproduced") + 1, "reproduced_stable", table["id"].map(stable))
 table["protocol"] = p.protocol
 grid = pd.read_csv(i.grid_claims) if "grid_claims" in i.keys() else None
-table = T.authors_columns(table, grid, p.authors_seeds)
+table = claims.authors_columns(table, grid, p.authors_seeds)
 table.to_csv(smk.output.csv, index=False)

@@ -11,6 +11,7 @@ import pytest
 
 from selfrepair.core import published
 from selfrepair.core.published import Measured
+from selfrepair.heroes import claims as heroes_claims
 from selfrepair.heroes import grid_tables, spread
 from selfrepair.heroes import tables as heroes_tables
 
@@ -314,7 +315,7 @@ def test_heroes_tables_count_stable_roles_beside_all_roles():
     stab = heroes_tables.role_stability(roles).set_index("component")
     assert stab.loc["L1H3", "bloat"] == 2 and stab.loc["L1H3", "bloat_stable"] == 1
     assert stab.loc["L1H3", "mean_stability"] == pytest.approx(0.75)
-    stable = heroes_tables.stable_claims(by_layer.reset_index(), stab.reset_index(), 6)
+    stable = heroes_claims.stable_claims(by_layer.reset_index(), stab.reset_index(), 6)
     assert stable == {
         "sort_layer1_bloats": 3.0,
         "sort_layer3_heroes": 2.0,
@@ -339,7 +340,7 @@ def test_heroes_tables_count_stable_roles_beside_all_roles():
     seeds = seeds.reset_index().assign(seed=[456, 2020], rho=[0.1, 0.1])
     rho = heroes_tables.rho_summary(seeds)
     empty = pd.DataFrame(columns=["task", "group", "layer", "n_seeds", "G_mean", "role", "entropy", "sink_mass"])
-    m = heroes_tables.measured_claims(
+    m = heroes_claims.measured_claims(
         seeds, rho, by_layer.reset_index(), stab.reset_index(), empty, empty, empty, 6, [6]
     )
     assert isinstance(m["rho_sort_seed456"], Measured) and (m["rho_sort_seed456"].lo, m["rho_sort_seed456"].hi) == (

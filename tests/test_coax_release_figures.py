@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from selfrepair.coax import claims as coax_claims
 from selfrepair.coax import real_models
-from selfrepair.coax import score as coax
 from selfrepair.core import published
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -334,14 +334,14 @@ def test_cross_model_aggregates_follow_from_the_per_model_figures(rows):
 
 
 def test_score_lists_the_same_release_rows_as_the_yaml(rows):
-    """Every release row is handled by score.py: the ROC-AUC ones through IOI_AUC_CLAIMS
+    """Every release row is handled by coax/claims.py: the ROC-AUC ones through IOI_AUC_CLAIMS
     (two-state AtP = atp_2s, single ablation = single), the others through its r21 lists."""
     rel = set(release_rows(rows))
-    auc = {c for c in coax.IOI_AUC_CLAIMS if c.endswith("_r21")}
-    assert rel == auc | set(coax.R21_IOI_CLAIMS) | set(coax.R21_XMODEL_CLAIMS)
-    assert coax.IOI_AUC_CLAIMS["ioi_auc_atp_2s_r21"] == "atp_2s"
-    assert coax.IOI_AUC_CLAIMS["ioi_auc_single_r21"] == "single"
-    assert len(coax.R21_XMODEL_CLAIMS) == 59 and len(coax.R21_IOI_CLAIMS) == 35
+    auc = {c for c in coax_claims.IOI_AUC_CLAIMS if c.endswith("_r21")}
+    assert rel == auc | set(coax_claims.R21_IOI_CLAIMS) | set(coax_claims.R21_XMODEL_CLAIMS)
+    assert coax_claims.IOI_AUC_CLAIMS["ioi_auc_atp_2s_r21"] == "atp_2s"
+    assert coax_claims.IOI_AUC_CLAIMS["ioi_auc_single_r21"] == "single"
+    assert len(coax_claims.R21_XMODEL_CLAIMS) == 59 and len(coax_claims.R21_IOI_CLAIMS) == 35
 
 
 GPT2_ABSENT = "not run: weights not found for 'gpt2' (looked at gpt2 and the local Hugging Face cache)"
@@ -354,7 +354,9 @@ def _not_run_as_the_rule_builds_it():
 
 def test_release_rows_are_not_run_without_the_models(rows):
     claims = list(rows.values())
-    table = published.compare("coax", claims, coax.measured_claims(None, {}, {}, _not_run_as_the_rule_builds_it()))
+    table = published.compare(
+        "coax", claims, coax_claims.measured_claims(None, {}, {}, _not_run_as_the_rule_builds_it())
+    )
     t = table.set_index("id")
     rel = release_rows(rows)
     assert (t.loc[list(rel), "status"] == "not run").all()
@@ -374,7 +376,7 @@ def test_release_rows_are_not_run_without_the_models(rows):
     # no toy tables either: the three the toy tables could hold say that no table holds them
     assert "no toy analogue: no freezing table" in t.loc["r21_freezing_documented_backups", "note"]
     # the model ran (no reason given) but its tables miss a figure: why, without a weights reason
-    t2 = published.compare("coax", claims, coax.measured_claims(None, {}, {}, {})).set_index("id")
+    t2 = published.compare("coax", claims, coax_claims.measured_claims(None, {}, {}, {})).set_index("id")
     assert t2.loc["r21_completion_coax", "note"].startswith("not run: circuit completion")
     assert (t2.loc[[c for c in rel if c.startswith("r21_")], "status"] == "not run").all()
 
@@ -433,7 +435,7 @@ KNOCK = (0.78, 0.755159, 0.804841)
 
 def test_toy_analogues_come_from_the_toy_tables_in_the_note(rows):
     claims = list(rows.values())
-    got = coax.measured_claims(None, _toy_tables(), {}, _not_run_as_the_rule_builds_it())
+    got = coax_claims.measured_claims(None, _toy_tables(), {}, _not_run_as_the_rule_builds_it())
     t = published.compare("coax", claims, got).set_index("id")
     for cid, text in [
         ("r21_freezing_documented_backups", "toy analogue: 0.800 (toy model trained here; logit-difference loss"),
@@ -458,7 +460,7 @@ def test_the_same_tables_from_gpt2_are_scored(rows):
     knockout 0.780 [0.755, 0.805] inside 0.779 +- 0.05 -> reproduced; cond 0.750
     [0.720, 0.780] inside 0.758 +- 0.05 -> reproduced."""
     claims = list(rows.values())
-    t = published.compare("coax", claims, coax.measured_claims(None, {}, _toy_tables(), {})).set_index("id")
+    t = published.compare("coax", claims, coax_claims.measured_claims(None, {}, _toy_tables(), {})).set_index("id")
     for cid, (v, lo, hi), status in [
         ("r21_freezing_documented_backups", FREEZE, "fragile"),
         ("r21_knockout_coax_accuracy", KNOCK, "reproduced"),

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
+from selfrepair.coax import claims as coax_claims
 from selfrepair.coax import induction_experiment, ioi_experiment, real_models
 from selfrepair.coax import score as coax
 from selfrepair.coax.baselines import DISCOVERY_METHODS
@@ -260,7 +261,7 @@ def test_absent_weights_are_not_run_not_a_failure(tmp_path):
         for c in row["claims"].split()
         for r in [row["reason"]]
     }
-    table = published.compare("coax", claims, coax.measured_claims(None, {}, {}, nr))
+    table = published.compare("coax", claims, coax_claims.measured_claims(None, {}, {}, nr))
     assert table.loc[0, "status"] == "not run" and "weights not found" in table.loc[0, "note"]
 
 
@@ -299,7 +300,7 @@ def test_release_claims_are_measured_from_the_same_summary_rows_as_the_papers():
     root = Path(__file__).resolve().parents[1]
     claims = published.load_claims(root / "config/published.yaml", "coax")
     auc_ids = [c["id"] for c in claims if c["id"].startswith("ioi_auc_")]
-    assert auc_ids == list(coax.IOI_AUC_CLAIMS)
+    assert auc_ids == list(coax_claims.IOI_AUC_CLAIMS)
     assert set(auc_ids) <= set(real_models.IOI_CLAIMS)
     by_id = {c["id"]: c for c in claims}
     for cid in auc_ids:
@@ -318,18 +319,18 @@ def test_release_claims_are_measured_from_the_same_summary_rows_as_the_papers():
         ]
     )  # fmt: skip
     summ = coax.ioi_summary(disc)
-    real = coax.measured_claims(None, {}, {"ioi_summary": summ}, {})
-    for cid, mth in coax.IOI_AUC_CLAIMS.items():
+    real = coax_claims.measured_claims(None, {}, {"ioi_summary": summ}, {})
+    for cid, mth in coax_claims.IOI_AUC_CLAIMS.items():
         assert real[cid].value == pytest.approx(0.51 + 0.04 * methods.index(mth)), cid
         assert real[cid].lo < real[cid].value < real[cid].hi
     assert real["ioi_auc_atp_r21"].value == pytest.approx(0.51 + 0.04 * methods.index("atp_mag"))
     assert "our atp_mag, mean of 2 runs" in real["ioi_auc_atp_r21"].note
     assert "our" not in real["ioi_auc_atp"].note.split(";")[1]  # the paper's ids keep their note
     # GPT-2 absent: not run, the toy analogue of the mapped method in the note
-    nr = {cid: "not run: weights not found" for cid in coax.IOI_AUC_CLAIMS}
-    toy = coax.measured_claims(None, {"ioi_summary": summ}, {}, nr)
+    nr = {cid: "not run: weights not found" for cid in coax_claims.IOI_AUC_CLAIMS}
+    toy = coax_claims.measured_claims(None, {"ioi_summary": summ}, {}, nr)
     table = published.compare("coax", claims, toy).set_index("id")
-    for cid, mth in coax.IOI_AUC_CLAIMS.items():
+    for cid, mth in coax_claims.IOI_AUC_CLAIMS.items():
         assert table.loc[cid, "status"] == "not run"
         assert f"toy analogue: {0.51 + 0.04 * methods.index(mth):.3f}" in table.loc[cid, "note"], cid
     assert (table.loc["ioi_auc_eap_ig", "published"], table.loc["ioi_auc_eap_ig_r21", "published"]) == (0.70, 0.581)
@@ -394,7 +395,7 @@ def test_one_failing_model_costs_its_row_not_the_others(tiny_real_models, tmp_pa
     assert set(pd.read_csv(tmp_path / "induction.csv").model) == {"tiny-llama"}
     assert not (tmp_path / "ioi_summary.csv").exists()
     # the published table: a claim of a model that did not run is not run, with the reason
-    files = real_models.model_files(status)
+    files = coax_claims.model_files(status)
     assert "ioi_auc_coax" not in files
     assert files["wakeup_scales"] == "; ".join(
         f"{m} at {tiny_real_models / m} (identity {models.model_identity(tiny_real_models / m)})"

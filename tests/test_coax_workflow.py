@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import golden_suite as G
-from selfrepair.coax import score as coax
+from selfrepair.coax import claims as coax_claims
 from selfrepair.coax.baselines import DISCOVERY_METHODS
 
 ROOT = G.ROOT
@@ -44,7 +44,7 @@ def test_paper_b_rules_end_to_end(coax_run):
     # every IOI AUC row, the paper's and the release's, is not run (no GPT-2) and shows the
     # toy analogue of its method: both figures of AtP* side by side, the release's AtP vs atp_mag
     pub = table.set_index("id")
-    for cid, mth in coax.IOI_AUC_CLAIMS.items():
+    for cid, mth in coax_claims.IOI_AUC_CLAIMS.items():
         assert pub.loc[cid, "status"] == "not run" and "weights not found" in pub.loc[cid, "note"], cid
         assert f"toy analogue: {summ.loc[mth, 'roc_auc']:.3f}" in pub.loc[cid, "note"], cid
     assert (float(pub.loc["ioi_auc_atp_star", "published"]), float(pub.loc["ioi_auc_atp_star_r21", "published"])) == (

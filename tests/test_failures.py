@@ -18,7 +18,7 @@ from selfrepair.core import models, runtime
 from selfrepair.gim.graph import CircuitFileError, Graph, from_mib_json, save_mib_json, top_edges
 from selfrepair.tasks import sequences as S
 from selfrepair.tasks.counterfactual import CounterfactualBatch
-from selfrepair.workflow import status
+from selfrepair.tooling import status
 from test_workflow import BIN, ROOT, configs, snakemake
 
 # ---------------------------------------------------------------- 1. NaN/inf weights

@@ -5,8 +5,8 @@ import math
 
 import pandas as pd
 
-from selfrepair.heroes import tables as T
-from selfrepair.workflow import readme_table
+from selfrepair.heroes import claims as heroes_claims
+from selfrepair.tooling import readme_table
 
 
 def _published():
@@ -41,7 +41,7 @@ def _grid():
 
 
 def test_authors_columns_take_the_authors_cell_and_say_what_is_not_measured():
-    t = T.authors_columns(_published(), _grid(), n_seeds=5)
+    t = heroes_claims.authors_columns(_published(), _grid(), n_seeds=5)
     r = t.set_index("id")
     assert r.loc["rho_reverse", "authors_reproduced"] == 0.7123  # rounded to 4 digits, as 'reproduced'
     assert (r.loc["rho_reverse", "authors_ci_low"], r.loc["rho_reverse", "authors_ci_high"]) == (0.66, 0.77)
@@ -56,15 +56,15 @@ def test_authors_columns_take_the_authors_cell_and_say_what_is_not_measured():
 
 
 def test_authors_columns_without_the_grid_or_its_cell():
-    none = T.authors_columns(_published(), None, n_seeds=5)
+    none = heroes_claims.authors_columns(_published(), None, n_seeds=5)
     assert set(none["authors_status"]) == {"not run"}
     assert set(none["authors_note"]) == {"the protocol grid did not run"}
-    no_cell = T.authors_columns(_published(), _grid()[_grid()["cell"] == "default"], n_seeds=5)
+    no_cell = heroes_claims.authors_columns(_published(), _grid()[_grid()["cell"] == "default"], n_seeds=5)
     assert set(no_cell["authors_note"]) == {"the protocol grid has no 'authors' cell"}
 
 
 def test_headline_shows_paper_a_under_both_protocols(tmp_path):
-    t = T.authors_columns(_published(), _grid(), n_seeds=5)
+    t = heroes_claims.authors_columns(_published(), _grid(), n_seeds=5)
     csv = tmp_path / "summary.csv"
     t.to_csv(csv, index=False)
     rows = readme_table.headline_markdown(csv).splitlines()[2:]
@@ -81,10 +81,10 @@ def test_headline_shows_paper_a_under_both_protocols(tmp_path):
 
 def test_full_table_has_an_authors_column_only_when_filled(tmp_path):
     csv = tmp_path / "summary.csv"
-    T.authors_columns(_published(), _grid(), n_seeds=5).to_csv(csv, index=False)
+    heroes_claims.authors_columns(_published(), _grid(), n_seeds=5).to_csv(csv, index=False)
     md = readme_table.published_markdown(csv).splitlines()
     assert md[0].split(" | ")[6] == "authors' code"
     assert "| 0.712 [0.66, 0.77] (reproduced) |" in md[2]
     assert "| not run |" in md[3]
-    T.authors_columns(_published(), None, n_seeds=5).to_csv(csv, index=False)
+    heroes_claims.authors_columns(_published(), None, n_seeds=5).to_csv(csv, index=False)
     assert "authors' code" not in readme_table.published_markdown(csv)

@@ -15,6 +15,7 @@ import pytest
 
 from selfrepair.core import analysis, published
 from selfrepair.core.published import Measured, NotRun
+from selfrepair.heroes import claims as heroes_claims
 from selfrepair.heroes import tables as T
 
 # ---- analysis.bootstrap_stat ----------------------------------------------------------
@@ -142,7 +143,7 @@ def _claims(components="default", red=None):
         }
     )
     empty_att = pd.DataFrame(columns=["role", "entropy", "sink_mass"])
-    return T.measured_claims(
+    return heroes_claims.measured_claims(
         seeds,
         T.rho_summary(seeds),
         T.roles_by_layer(comps, [6]),

@@ -1,8 +1,11 @@
 """The library's layout: a shared core, one package per paper, data generators in tasks.
 
-Dependencies point one way: scripts -> workflow (the workflow's and the documents'
-tooling) -> groundtruth -> paper packages (heroes, coax, gim) -> core and tasks; core
-holds only computation that the papers share. groundtruth compares every paper's methods on one
+Dependencies point one way: scripts -> tooling (the workflow's and the documents'
+tooling: run status, the documents' tables) -> groundtruth -> paper packages (heroes,
+coax, gim) -> core and tasks; core holds only computation that the papers share. Each
+paper package keeps its published-claims logic (tables -> claim ids, through
+core/published's Measured / Holds / NotRun) in its own ``claims`` module, apart from the
+computation. groundtruth compares every paper's methods on one
 ground truth, so it may import all of them; nothing in the library imports it. A static
 scan of every ``import`` / ``from`` statement of src/selfrepair (at module level and
 inside functions) checks the direction and that no two modules import each other, however
@@ -22,7 +25,7 @@ SRC = ROOT / "src"
 PKG = SRC / "selfrepair"
 PAPERS = ("heroes", "coax", "gim")
 TOP = "groundtruth"  # above the papers: imports any layer, imported by none
-TOOLS = "workflow"  # the workflow's and the documents' tooling (status, readme_table): above everything
+TOOLS = "tooling"  # the workflow's and the documents' tooling (status, readme_table): above everything
 LAYERS = ("core", "tasks") + PAPERS + (TOP, TOOLS)
 
 # Where the papers genuinely share code: paper C's toy IOI task is trained with paper B's
@@ -104,7 +107,7 @@ def test_dependencies_point_one_way():
             if here is None or there is None or here == there:
                 continue
             if there == TOOLS:
-                bad.append(f"{m} -> {dep} (nothing in the library imports the workflow tooling)")
+                bad.append(f"{m} -> {dep} (nothing in the library imports the tooling)")
             elif here == TOOLS:
                 continue
             elif there == TOP:
@@ -206,3 +209,45 @@ def test_no_import_circle_between_modules():
     # a package's __init__ re-exporting its modules is not a circle of code
     graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
     assert import_circles(graph) == []
+
+
+# The published claims' values (core/published): only a paper's claims module makes them.
+CLAIM_TYPES = {"Measured", "Holds", "NotRun"}
+CLAIMS_MODULES = {f"selfrepair.{p}.claims" for p in PAPERS}
+
+
+def claim_code(source: str) -> list[str]:
+    """What of a module's ``source`` is claims code: the claim types it imports from
+    core.published, and its functions named like a claims entry point
+    (``measured_claims``, ``stable_claims``, ... ``*_claims``, ``claims_evidence``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "selfrepair.core.published":
+            out += [f"imports {a.name}" for a in node.names if a.name in CLAIM_TYPES]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.col_offset == 0:
+            if node.name.endswith("_claims") or node.name.startswith("claims_evidence"):
+                out.append(f"defines {node.name}()")
+    return out
+
+
+def test_claims_code_lives_in_each_papers_claims_module():
+    """Every paper package has a ``claims`` module that maps its tables to claim ids; no
+    other module of the library (core.published, where the claim types are defined, and
+    the tooling aside) imports a claim type or defines a claims function."""
+    for m in sorted(CLAIMS_MODULES):
+        assert m in ALL, f"no module {_file(m).relative_to(ROOT)}"
+        assert any(s.startswith("defines") for s in claim_code(_file(m).read_text())), m
+    bad = [
+        f"{m}: {s}"
+        for m in sorted(ALL - CLAIMS_MODULES - {"selfrepair.core.published"})
+        if layer(m) != TOOLS
+        for s in claim_code(_file(m).read_text())
+    ]
+    assert not bad, "claims code outside the papers' claims modules:\n" + "\n".join(bad)
+
+
+def test_the_claims_check_sees_claims_code():
+    """The check above flags a module that imports a claim type or defines a claims function."""
+    src = "from selfrepair.core.published import Holds, status_of\n\ndef measured_claims():\n    pass\n"
+    assert claim_code(src) == ["imports Holds", "defines measured_claims()"]
+    assert claim_code("from selfrepair.core.published import status_of\n\ndef claims_table():\n    pass\n") == []

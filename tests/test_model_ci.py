@@ -10,10 +10,12 @@ import math
 import pandas as pd
 import pytest
 
+from selfrepair.coax import claims as coax_claims
 from selfrepair.coax import score as coax
 from selfrepair.core.published import Measured
 from selfrepair.core.stats import fmt_ci, t_interval
-from selfrepair.gim.localization import claims_evidence, localization_summary
+from selfrepair.gim.claims import claims_evidence
+from selfrepair.gim.localization import localization_summary
 
 HALF = 4.302653 * 0.1 / math.sqrt(3)  # 0.248414
 
@@ -161,15 +163,15 @@ def test_ioi_summary_ci_over_models_by_hand():
         "p_wilcoxon_coax_gt",
         "p_ttest_coax_gt",
     ]
-    got = coax._claims_from({"ioi_summary": s.reset_index()}, "toy")
+    got = coax_claims._claims_from({"ioi_summary": s.reset_index()}, "toy")
     m = got["ioi_auc_atp"]  # a published row with a CI: Measured(value, lo, hi, note)
     assert isinstance(m, Measured) and m.value == pytest.approx(0.7)
     assert (m.lo, m.hi) == pytest.approx((0.7 - HALF, 0.7 + HALF), abs=1e-6)
     assert "95% t-CI over 3 models [0.452, 0.948]" in m.note
     assert "COAX - atp = 0.100 [-0.148, 0.348] (95% t-CI over 3 models), COAX higher in 5/6 runs" in m.note
     assert "COAX - " not in got["ioi_auc_coax"].note
-    assert coax._fmt(m).startswith("0.700 (toy; mean of 6 runs; 95% t-CI")  # the toy analogue of a not-run row
+    assert coax_claims._fmt(m).startswith("0.700 (toy; mean of 6 runs; 95% t-CI")  # the toy analogue of a not-run row
     # one model (GPT-2 itself, or the tiny config): no interval, a plain (value, note)
     one = coax.ioi_summary(_discovery()[lambda d: d.model_seed == 1])
-    value, note = coax._claims_from({"ioi_summary": one}, "toy")["ioi_auc_atp"]
+    value, note = coax_claims._claims_from({"ioi_summary": one}, "toy")["ioi_auc_atp"]
     assert value == pytest.approx(0.6) and "t-CI" not in note and "COAX - atp = 0.100, COAX higher in 2/2 runs" in note

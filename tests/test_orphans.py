@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from selfrepair.core import runtime
-from selfrepair.workflow import status
+from selfrepair.tooling import status
 from test_workflow import BIN, ROOT, configs
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")

@@ -6,7 +6,7 @@ import yaml
 
 from selfrepair.core import published
 from selfrepair.core.published import Holds, NotRun
-from selfrepair.workflow import readme_table
+from selfrepair.tooling import readme_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,11 +1,11 @@
-"""The document renderer (selfrepair.workflow.readme_table): blocks go into every document
+"""The document renderer (selfrepair.tooling.readme_table): blocks go into every document
 that has them, --check covers them all, and absent models are said once, not per claim."""
 
 from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.workflow import readme_table
+from selfrepair.tooling import readme_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ABSENT = "weights not found for '{m}' (looked at {m} and the local Hugging Face cache; nothing is downloaded): LocalEntryNotFoundError"

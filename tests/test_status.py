@@ -1,4 +1,4 @@
-"""`python -m selfrepair.workflow.status`: the state of a workflow from its directory's files
+"""`python -m selfrepair.tooling.status`: the state of a workflow from its directory's files
 (hand-made Snakemake markers, locks and logs, values known by construction; and a real
 run whose job is killed by a signal), where to look (SNAKEMAKE_ARGS' --directory), and
 the default target's counts on a dry-run state."""
@@ -14,7 +14,7 @@ import pytest
 from snakemake.persistence.file import FilePersistence
 
 import golden_suite as G
-from selfrepair.workflow import status
+from selfrepair.tooling import status
 
 T0 = 1_790_000_000.0  # the hand-made run's clock
 
@@ -462,7 +462,7 @@ def test_the_count_starts_snakemake_without_its_executor_plugins():
     executors, no executor plugin imported (the SLURM one runs `scontrol show config` as
     it is imported: about 9 s where no SLURM controller answers). About 2 s."""
     code = (
-        "import sys; from selfrepair.workflow.status import builtin_executors_main as m; code = m(['--version']); "
+        "import sys; from selfrepair.tooling.status import builtin_executors_main as m; code = m(['--version']); "
         "from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry as R; "
         "print(code, sorted(R().plugins), [k for k in sys.modules if k.startswith('snakemake_executor_plugin')])"
     )

@@ -364,6 +364,7 @@ rule coax_real:
         numerics=NUMERICS,
         code=code_hash(
             "coax/real_models",
+            "coax/claims",  # the claim ids of the status table
             "coax/ioi_experiment",
             "coax/induction_experiment",
             "coax/score",
@@ -424,6 +425,8 @@ rule coax_published:
         "../../envs/selfrepair.yaml"
     params:
         protocol=COAX["protocol"],
-        code=code_hash("coax/score", "coax/real_models", "core/published"),
+        code=code_hash(
+            "coax/claims", "coax/real_models", "core/published", "core/stats"
+        ),
     script:
         "../../scripts/coax_published.py"

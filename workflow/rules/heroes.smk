@@ -352,6 +352,6 @@ rule heroes_published:
         thresholds=HEROES["roles"]["thresholds"],
         protocol=H_PROTOCOL,
         authors_seeds=len(HEROES["grid"]["main_seeds"]),
-        code=code_hash("heroes/tables", "core/published", "core/analysis"),
+        code=code_hash("heroes/claims", "core/published", "core/analysis"),
     script:
         "../../scripts/heroes_published.py"

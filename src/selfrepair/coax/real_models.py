@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from selfrepair.coax import induction_experiment, ioi_experiment
-from selfrepair.coax.score import IOI_AUC_CLAIMS, ioi_summary, scan, wake_up_curve
+from selfrepair.coax.claims import IOI_AUC_CLAIMS
+from selfrepair.coax.score import ioi_summary, scan, wake_up_curve
 from selfrepair.core.components import head_components, parse
 from selfrepair.core.models import (
     ContextTooShort,
@@ -22,7 +23,6 @@ from selfrepair.core.models import (
     load_identified,
 )
 from selfrepair.core.progress import Progress
-from selfrepair.core.published import Holds
 from selfrepair.tasks import ioi
 
 log = logging.getLogger(__name__)
@@ -296,18 +296,6 @@ def run_real_models(
     return pd.DataFrame(rows, columns=STATUS_COLUMNS)
 
 
-def model_files(status: pd.DataFrame) -> dict:
-    """{claim id: 'model at folder (identity ...)'} for the claims measured on real
-    models that ran: which model files produced each real-model number."""
-    out: dict = {}
-    for _, r in status.fillna("").iterrows():
-        if r["status"] != "ran" or not r.get("folder"):
-            continue
-        for cid in str(r["claims"]).split():
-            out.setdefault(cid, []).append(f"{r['model']} at {r['folder']} (identity {r['identity']})")
-    return {k: "; ".join(dict.fromkeys(v)) for k, v in out.items()}
-
-
 def real_tables(folder) -> dict:
     """The tables :func:`run_real_models` wrote (the ones present)."""
     folder = Path(folder)
@@ -319,16 +307,3 @@ def real_tables(folder) -> dict:
         "induction": "induction.csv",
     }
     return {k: pd.read_csv(folder / f) for k, f in names.items() if (folder / f).exists()}
-
-
-def wakeup_scales(table: pd.DataFrame):
-    """Holds when the COAX-top heads' wake-up ratio grows with the primaries ablated in
-    every model, and random heads stay within 2% of 1."""
-    ev, ok = [], True
-    for m, g in table.groupby("model", sort=False):
-        c = g[g.group == "coax_top8"].groupby("n_ablated")["ratio"].mean()
-        r = g[g.group == "random"].groupby("n_ablated")["ratio"].mean()
-        grows = bool((np.diff(c.to_numpy()) >= -1e-6).all() and c.iloc[-1] > 1.0)
-        ok &= grows
-        ev.append(f"{m}: {' '.join(f'{x:.2f}' for x in c)} (random {' '.join(f'{x:.2f}' for x in r)})")
-    return Holds(bool(ok), "; ".join(ev))

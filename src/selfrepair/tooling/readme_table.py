@@ -1,7 +1,7 @@
 """Render the committed reference tables as the documents' markdown blocks.
 
-    python -m selfrepair.workflow.readme_table          # rewrite the generated blocks of every document
-    python -m selfrepair.workflow.readme_table --check  # exit 1 if any document is out of date
+    python -m selfrepair.tooling.readme_table          # rewrite the generated blocks of every document
+    python -m selfrepair.tooling.readme_table --check  # exit 1 if any document is out of date
 
 A block is the text between `<!-- name:start -->` and `<!-- name:end -->`; the documents
 are README.md and docs/*.md, and a block is rendered into every document that has its
@@ -427,7 +427,7 @@ def main(argv=None, root: Path = ROOT) -> int:
         new = render(old, parts)
         if a.check:
             if new != old:
-                print(f"{rel} is out of date with results/reference/: run python -m selfrepair.workflow.readme_table")
+                print(f"{rel} is out of date with results/reference/: run python -m selfrepair.tooling.readme_table")
                 bad = 1
         elif new != old:
             path.write_text(new)

@@ -1,6 +1,6 @@
 """Where a workflow stands: running, finished, failed or killed, and what it is doing.
 
-    python -m selfrepair.workflow.status [--directory DIR] [--logs N] [--no-summary] [-- SNAKEMAKE_ARGS]
+    python -m selfrepair.tooling.status [--directory DIR] [--logs N] [--no-summary] [-- SNAKEMAKE_ARGS]
     make status [SNAKEMAKE_ARGS="--directory DIR --configfile ..."] [STATUS_ARGS=--no-summary]
 
 Read from the working directory's files only (instant, safe while a run goes on; it
@@ -421,7 +421,7 @@ def parse_summary(text: str) -> dict:
 _FAST_START = [
     "-c",
     f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
-    "from selfrepair.workflow.status import builtin_executors_main; sys.exit(builtin_executors_main())",
+    "from selfrepair.tooling.status import builtin_executors_main; sys.exit(builtin_executors_main())",
 ]
 _PLAIN_START = ["-m", "snakemake"]
 
@@ -689,7 +689,7 @@ def split_where(words: list[str]) -> tuple[dict[str, str], list[str]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m selfrepair.workflow.status",
+        prog="python -m selfrepair.tooling.status",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
