@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report clean-env reference reference-grid grid-full portability fingerprint verify status
+.PHONY: env reproduce test lint report check-config clean-env reference reference-grid grid-full portability fingerprint verify status
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ lint: env
 report: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html $(SNAKEMAKE_ARGS)
 
+# A run's config files (SNAKEMAKE_ARGS' --configfile, and config/config.yaml): each
+# readable YAML, else the file, line and column; then the Snakefile's schema checks (a dry run).
+check-config: env
+	$(BIN)/python -m selfrepair.tooling.config_files $(SNAKEMAKE_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/snakemake --dry-run --quiet all $(SNAKEMAKE_ARGS)
+	@echo "config ok: every file reads and the schema checks pass"
+
 # Where a run stands (running, killed, finished; each running job's last log line; a
 # failed job's signal or exit status; job processes a killed Snakemake left running, by
 # pid; how many outputs exist). Safe beside a running workflow: no `env` step, no lock.
@@ -48,7 +55,7 @@ report: env
 # options, else the newest run's. STATUS_ARGS=--no-summary skips the count.
 STATUS_ARGS ?=
 status:
-	$(BIN)/python -m selfrepair.workflow.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)
+	$(BIN)/python -m selfrepair.tooling.status $(STATUS_ARGS) -- $(SNAKEMAKE_ARGS)
 
 clean-env:
 	rm -rf $(VENV)
@@ -86,7 +93,7 @@ reference: env
 	$(BIN)/python scripts/models_manifest.py write --out results/reference/models.csv
 	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
-	$(BIN)/python -m selfrepair.workflow.readme_table
+	$(BIN)/python -m selfrepair.tooling.readme_table
 
 # Retrain reference models and compare their bits with results/reference/models.csv:
 #   make verify MODEL=results/heroes/sort/seed42        (one model; minutes)
@@ -104,7 +111,7 @@ verify: env
 reference-grid: env
 	for t in rho claims superadditivity noise roles_by_layer paired; do \
 	  cp results/heroes/grid/tables/$$t.csv results/reference/heroes_grid_$$t.csv; done
-	$(BIN)/python -m selfrepair.workflow.readme_table
+	$(BIN)/python -m selfrepair.tooling.readme_table
 
 # Paper A's full protocol grid: every switch flipped alone, 10 seeds for the
 # default and the authors'-code cells. The reference tables come from this run.

@@ -1,26 +1,22 @@
 # selfrepair: one DAG for three papers. Thin: config, validation, includes, rule all.
+import sys
 from pathlib import Path
 
-import yaml
 from snakemake.utils import min_version
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from selfrepair.tooling.config_files import yaml_problem  # noqa: E402  imports no torch
 
 min_version("9.0")
 
 
 # A YAML error in config/config.yaml (read from the working directory) is named with its
 # line and column here; Snakemake's own message names neither, nor the file. Files given
-# by --configfile are read by Snakemake itself, before this file runs.
+# by --configfile are read by Snakemake itself, before this file runs: `make check-config`
+# names theirs (selfrepair.tooling.config_files).
 _default_config = Path("config/config.yaml")
-if _default_config.is_file():
-    try:
-        yaml.compose(_default_config.read_text(), Loader=yaml.SafeLoader)  # syntax only
-    except yaml.MarkedYAMLError as e:
-        m, c = e.problem_mark, e.context_mark
-        raise WorkflowError(
-            f"invalid config:\n  {_default_config.resolve()}: not valid YAML at line {m.line + 1}, "
-            f"column {m.column + 1}: {e.problem}"
-            + (f" ({e.context} at line {c.line + 1})" if e.context and c else "")
-        )
+if _default_config.is_file() and (_problem := yaml_problem(_default_config)):
+    raise WorkflowError(f"invalid config:\n  {_problem}")
 
 
 configfile: "config/config.yaml"

@@ -129,6 +129,33 @@ def test_a_yaml_error_in_the_default_config_names_file_line_and_column(tmp_path)
     assert f"(while parsing a flow sequence at line {i + 1})" in out
 
 
+def test_check_config_names_a_configfile_snakemake_cannot_read(tmp_path):
+    """A --configfile that is missing or not YAML fails inside Snakemake's CLI, before the
+    Snakefile (a traceback; "Config file is not valid JSON or YAML" without the file).
+    `make check-config` with the run's options names the file and, for YAML, line and
+    column; the good files pass."""
+    from selfrepair.tooling.config_files import main, named_files, yaml_problem
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gim:\n  n_eval: 20\n  seeds: [0, 1\n")
+    args = ["--configfile", "config/config.yaml", str(bad), "--config", "papers=[gim]", "--directory", "/x"]
+    assert named_files(args) == [Path("config/config.yaml"), Path("config/config.yaml"), bad]
+    assert named_files(["--configfile=a.yaml"])[1:] == [Path("a.yaml")]
+    assert yaml_problem(ROOT / "config" / "test.yaml") is None
+    msg = yaml_problem(bad)
+    assert msg.startswith(f"{bad}: not valid YAML at line 4, column 1:"), msg
+    assert "(while parsing a flow sequence at line 3)" in msg
+    assert yaml_problem(tmp_path / "gone.yaml") == f"{tmp_path / 'gone.yaml'}: no such config file"
+    assert main(["--configfile", str(ROOT / "config" / "test.yaml")]) == 0
+    r = subprocess.run(
+        ["make", "check-config", f"SNAKEMAKE_ARGS=--configfile config/config.yaml {bad} {tmp_path / 'gone.yaml'}"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert f"invalid config: {bad}: not valid YAML at line 4" in r.stderr
+    assert f"invalid config: {tmp_path / 'gone.yaml'}: no such config file" in r.stderr
+
+
 def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
     """The gpu profile lets several compute jobs share the one GPU (a slot count above 1,
     every compute job asking for one slot) and fits a 16-core host; checked by a dry run
