@@ -27,7 +27,14 @@ for method in p.methods:
         print(why, file=sys.stderr, flush=True)
         continue
     graph, scores, curve, summary = localize(
-        bridge, data, method, tuple(p.fractions), int(p.batch_size), int(p.ig_steps), str(p.weighting)
+        bridge,
+        data,
+        method,
+        tuple(p.fractions),
+        int(p.batch_size),
+        int(p.ig_steps),
+        str(p.weighting),
+        int(p.tie_orders),
     )
     # the circuit file holds MIB's circuit at circuit_fraction: int(f * n) edges by |score|, chosen
     # by the method's rule (top-n; greedy from the logits for ifr), pruned

@@ -20,6 +20,7 @@ status, table, curves = run_mib(
     device,
     int(p.eactp_max_edges),
     weighting=str(p.weighting),
+    tie_orders=int(p.tie_orders),
 )
 status.to_csv(smk.output.status, index=False)
 table.to_csv(smk.output.table, index=False)

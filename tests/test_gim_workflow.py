@@ -36,14 +36,20 @@ def test_tiny_gim_workflow(gim_run):
     assert set(pub.status) <= {"reproduced", "differs", "fragile", "not run"}
     assert pub.set_index("id").loc["gim_edges_gpt2", "status"] == "reproduced"
     loc = pd.read_csv(tmp_path / "results/gim/tables/localization.csv")
-    assert set(loc.method) == {"eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm", "eactp", "ifr"}
-    assert sorted(loc.seed.unique()) == [0, 1] and len(loc) == 2 * 8  # one tiny model, seeds 0 and 1; 8 methods
+    methods = {"eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm", "relp", "eap-gp", "eactp", "ifr"}
+    assert set(loc.method) == methods
+    assert sorted(loc.seed.unique()) == [0, 1] and len(loc) == 2 * 10  # one tiny model, seeds 0 and 1; 10 methods
     summ = pd.read_csv(tmp_path / "results/gim/tables/localization_summary.csv")
     diff = summ[summ.row == "difference"].set_index("method")
-    assert set(diff.index) == {"gim - eap", "gim - eap-ig"} and (summ.n_models == 2).all()
+    assert set(diff.index) == {"gim - eap", "gim - eap-ig", "relp - gim", "eap-gp - gim"}
+    assert (summ.n_models == 2).all()
     piv = loc.pivot_table(index="seed", columns="method", values="cpr")
     assert abs(diff.loc["gim - eap", "cpr_mean"] - (piv["gim"] - piv["eap"]).mean()) < 1e-9
     assert diff.loc["gim - eap", "cpr_wins"] == int(((piv["gim"] - piv["eap"]) > 0).sum())
+    assert abs(diff.loc["relp - gim", "cpr_mean"] - (piv["relp"] - piv["gim"]).mean()) < 1e-9
+    ifr = loc[loc.method == "ifr"]  # the range over MIB's tie orders holds ours
+    assert (ifr.tie_orders == 8).all() and (ifr.cpr_tie_min <= ifr.cpr + 1e-12).all()
+    assert (ifr.cpr <= ifr.cpr_tie_max + 1e-12).all() and loc.loc[loc.method != "ifr", "cpr_tie_min"].isna().all()
     assert (summ.cpr_lo <= summ.cpr_mean + 1e-12).all() and (summ.cpr_mean <= summ.cpr_hi + 1e-12).all()
     note = pub.set_index("id").loc["gim_best_mean_cpr", "note"]
     assert "t-interval over models" in note and "GIM - EAP per model" in note

@@ -106,3 +106,126 @@ def test_mib_reported_edge_count_is_one_pruning_sweep():
     # a connected top-n circuit: both counts agree (input->logits alone)
     s[index["input->logits"]] = 1.0
     assert mib_reported_edges(g, s, 1, absolute=True) == int(top_edges(g, s, 1, absolute=True).sum()) == 1
+
+
+# ---------------------------------------------------------------- greedy ties --------
+def _mib_greedy(g: Graph, s: torch.Tensor, n: int, set_order: torch.Tensor) -> tuple[torch.Tensor, set]:
+    """EAP-IG 7af394a ``apply_greedy`` written out on our matrices (absolute scores, no
+    prune): the edges into logits sorted from the edge list, each opened node's input edges
+    sorted from its ``parent_edges`` set, iterated in ``set_order``; ``heapq.merge``
+    with the older candidates first. Returns (mask, opened parent nodes)."""
+    import heapq
+
+    a = s.abs()
+    node = [v.split("<")[0] for v in g.backward]
+
+    def score(e):
+        return float(a[e])
+
+    def inputs(v):
+        edges = [(i, j) for j in range(len(g.backward)) if node[j] == v for i in range(len(g.forward)) if g.valid[i, j]]
+        return sorted(sorted(edges, key=lambda e: int(set_order[e])), key=score, reverse=True)
+
+    edges = heapq.merge(inputs("logits"), key=score, reverse=True)
+    mask, opened = torch.zeros_like(g.valid), set()
+    for _ in range(n):
+        i, j = next(edges)
+        mask[i, j] = True
+        if g.forward[i] not in opened:
+            opened.add(g.forward[i])
+            edges = heapq.merge(edges, inputs(g.forward[i]), key=score, reverse=True)
+    return mask, opened
+
+
+def test_greedy_tie_orders_are_mib_apply_greedy_with_a_set_order():
+    """With ties everywhere (scores in {0, 1, 2}), our greedy circuit under
+    ``mib_tie_order(seed)`` is MIB's apply_greedy with that order of the parent-edge sets,
+    edge for edge, and the orders do give different circuits."""
+    from selfrepair.gim.graph import greedy_edges, mib_tie_order
+
+    g = Graph.build(2, 2, 16)
+    s = torch.randint(0, 3, g.valid.shape, generator=torch.Generator().manual_seed(0)).float() * g.valid
+    circuits = set()
+    for seed in range(6):
+        key = mib_tie_order(g, seed)
+        for n in (1, 3, 7, 15):
+            want, _ = _mib_greedy(g, s, n, key)
+            got = greedy_edges(g, s, n, absolute=True, prune=False, tie_break=key)
+            assert torch.equal(got, want), (seed, n)
+            circuits.add(got.numpy().tobytes())
+    assert len(circuits) > 4  # 4 sizes: the orders moved some circuits
+    # our default order is MIB's with the sets in flat (forward, backward) order
+    flat = torch.arange(g.valid.numel()).view_as(g.valid)
+    assert torch.equal(greedy_edges(g, s, 7, True, prune=False), _mib_greedy(g, s, 7, flat)[0])
+    with pytest.raises(ValueError, match="tie_break has shape"):
+        greedy_edges(g, s, 3, True, tie_break=flat[:, :-1])
+
+
+def _pinned_prune_count(g: Graph, mask: torch.Tensor, nodes: torch.Tensor) -> int:
+    """The pinned EAP-IG's ``prune()`` from the node set ``nodes`` that apply_topn /
+    apply_greedy left (forward nodes), written out: a sweep, compared with the node set
+    before it, until two agree; returns the edges left."""
+    node = [v.split("<")[0] for v in g.backward]
+    f2b = torch.tensor([[node[j] == u for j in range(len(g.backward))] for u in g.forward])
+    mask = mask.clone()
+    while True:
+        has_out = mask.any(dim=1)
+        has_in = (f2b.float() @ mask.any(dim=0).float()) > 0
+        has_in[0] = True
+        new = has_out & has_in
+        same = torch.equal(new, nodes)
+        nodes = new
+        bwd = (nodes.float() @ f2b.float()) > 0
+        bwd[-1] = True
+        mask &= nodes[:, None] & bwd[None, :]
+        if same:
+            return int(mask.sum())
+
+
+def test_mib_reported_edge_counts_follow_the_pinned_prune_for_both_rules():
+    """The leaderboard count (``mib_reported_edges``) is what the pinned prune leaves from
+    each rule's own node set: apply_topn's (nodes with an edge in and out: one sweep) and
+    apply_greedy's (the parents it opened: the fixed point, the evaluated circuit)."""
+    from selfrepair.gim.graph import greedy_edges, mib_reported_edges
+
+    g = Graph.build(2, 2, 16)
+    gen = torch.Generator().manual_seed(3)
+    node = [v.split("<")[0] for v in g.backward]
+    f2b = torch.tensor([[node[j] == u for j in range(len(g.backward))] for u in g.forward])
+    differ = 0
+    for _ in range(20):
+        s = torch.randn(g.valid.shape, generator=gen) * g.valid
+        for n in (2, 5, 9, 20):
+            raw = top_edges(g, s, n, absolute=True, prune=False)
+            has_in = (f2b.float() @ raw.any(dim=0).float()) > 0
+            has_in[0] = True
+            want = _pinned_prune_count(g, raw, raw.any(dim=1) & has_in)
+            assert mib_reported_edges(g, s, n, absolute=True) == want
+            differ += want != int(top_edges(g, s, n, absolute=True).sum())
+            graw, opened = _mib_greedy(g, s, n, torch.arange(g.valid.numel()).view_as(g.valid))
+            start = torch.tensor([u in opened for u in g.forward])
+            want = _pinned_prune_count(g, graw, start)
+            assert mib_reported_edges(g, s, n, absolute=True, selection="greedy") == want
+            assert want == int(greedy_edges(g, s, n, absolute=True).sum())
+    assert differ  # the top-n count differs from the evaluated circuit somewhere
+
+
+def test_ifr_tie_spread_brackets_our_cpr(bridge):
+    """The range over MIB's tie orders holds our own CPR and CMD (ours is one of the
+    orders), is a single point with no drawn order, and IFR's q/k/v ties move a circuit."""
+    from selfrepair.gim.evaluate import greedy_tie_spread
+    from selfrepair.gim.localization import localize
+
+    data = _data(n=6)
+    n_edges = Graph.from_bridge(bridge).n_edges
+    fr = tuple((k + 0.5) / n_edges for k in range(1, n_edges, 2)) + (1.0,)  # a circuit at every other size
+    g, scores, _, summary = localize(bridge, data, "ifr", fr, batch_size=3, tie_orders=4)
+    assert summary["tie_orders"] == 4
+    assert summary["cpr_tie_min"] <= summary["cpr"] <= summary["cpr_tie_max"]
+    assert summary["cmd_tie_min"] <= summary["cmd"] <= summary["cmd_tie_max"]
+    assert summary["tie_orders_moved"] >= 1
+    none = greedy_tie_spread(bridge, g, data, scores, fr, 3, orders=0)
+    assert none["cpr_tie_min"] == none["cpr_tie_max"] == pytest.approx(summary["cpr"], abs=1e-12)
+    assert none["cmd_tie_min"] == none["cmd_tie_max"] == pytest.approx(summary["cmd"], abs=1e-12)
+    _, _, _, eap = localize(bridge, data, "eap", fr, batch_size=3, tie_orders=4)
+    assert "cpr_tie_min" not in eap  # top-n ties are MIB's argsort order: no spread

@@ -173,6 +173,7 @@ rule gim_localize:
         ig_steps=GIM["ig_steps"],
         fractions=GIM["fractions"],
         circuit_fraction=GIM["circuit_fraction"],
+        tie_orders=GIM["ifr_tie_orders"],
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(*G_CODE, "core/models"),
@@ -285,8 +286,8 @@ rule gim_published:
     params:
         code=code_hash(
             "core/published",
+            "gim/claims",
             "gim/graph",
-            "gim/localization",
             "gim/selfrepair_attention",
             "core/stats",
         ),
@@ -451,6 +452,7 @@ rule gim_mib:
         eactp_max_edges=GIM["eactp_max_edges"],
         ig_steps=GIM["ig_steps"],
         fractions=GIM["fractions"],
+        tie_orders=GIM["ifr_tie_orders"],
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(*G_CODE, "tasks/mib", "core/models"),

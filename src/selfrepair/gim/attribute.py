@@ -9,12 +9,11 @@ the edge scores still sum to the first-order total).
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import numpy as np
 import torch
 
-from selfrepair.gim.backward import GIMConfig, gim, with_hooks
+from selfrepair.gim import relp as relp_rules
+from selfrepair.gim.backward import GIMConfig, with_hooks
 from selfrepair.gim.evaluate import logit_diff, run_circuit
 from selfrepair.gim.graph import Graph
 from selfrepair.gim.hooks import (
@@ -28,7 +27,8 @@ from selfrepair.gim.hooks import (
 )
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
-METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm")
+METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm", "relp", "relp-ah", "eap-gp")
+PATH_METHODS = ("eap-ig", "eap-gp")  # integrate along a path from the corrupt to the clean input
 GRADIENT_POINTS = ("clean", "corrupted")  # edge_scores(gradient_at=...): noising, denoising
 # edge_scores(weighting=...): "example": the sum over examples / N (a per-example mean,
 # whatever the batches); "mib": each batch's sum / its size, summed over batches, / N
@@ -39,9 +39,44 @@ WEIGHTINGS = ("example", "mib")
 
 # ---------------------------------------------------------------- scores ---------
 def _method_config(method: str):
-    if method in ("eap", "eap-ig"):
+    if method in ("eap",) + PATH_METHODS:
         return None
+    if method in relp_rules.VARIANTS:
+        return relp_rules.RelPConfig.variant(method)
     return GIMConfig.variant(method)
+
+
+def gradpath_inputs(
+    bridge,
+    b: CounterfactualBatch,
+    clean: torch.Tensor,
+    corrupt: torch.Tensor,
+    target: torch.Tensor,
+    steps: int,
+    path: str,
+) -> list[torch.Tensor]:
+    """EAP-GP's GradPath at the input node (arXiv 2502.06852): from the clean input
+    embedding, ``steps`` steps, each of length ||clean - corrupt|| / steps (per example)
+    against the gradient of ||logits - target||^2 (``target`` the corrupt run's logits;
+    summed over the positions up to each example's ``pos``); returns the point after each
+    step. ``path="straight"``: each step along corrupt - clean instead (the points are
+    then EAP-IG's, corrupt + k/steps (clean - corrupt), k = 0..steps-1). One forward and
+    one backward per step for ``gradpath``, none for ``straight``."""
+    distance = (clean - corrupt).flatten(1).norm(dim=1)
+    live = torch.arange(target.shape[1], device=target.device)[None, :] <= b.pos.to(target.device)[:, None]
+    live = live[:, :, None].to(target.dtype)
+    points, point = [], clean.detach()
+    for length in relp_rules.step_lengths(distance, steps):
+        if path == "straight":
+            grad = clean - corrupt
+        else:
+            leaf = point.clone().requires_grad_(True)
+            with torch.enable_grad(), with_hooks(bridge, [("blocks.0.hook_resid_pre", lambda x, hook: leaf)]):
+                obj = ((bridge(b.clean).float() - target).pow(2) * live).sum()
+                (grad,) = torch.autograd.grad(obj, leaf)
+        point = relp_rules.gradpath_step(point, grad, length).detach()
+        points.append(point)
+    return points
 
 
 @on_prepared
@@ -54,6 +89,7 @@ def edge_scores(
     ig_steps: int = 5,
     gradient_at: str = "clean",
     weighting: str = "example",
+    path: str = "gradpath",
 ) -> torch.Tensor:
     """Edge scores [n_forward, n_backward] (zero off the graph).
 
@@ -61,7 +97,12 @@ def edge_scores(
     (a_u(corrupt) - a_u(clean)) . dL/d(input of v), L = -logit_diff, divided by the
     number of examples. ``eap-ig``: gradients averaged over the input embeddings
     interpolated from corrupt to clean at k/steps, k = 0..steps-1. ``gim*``: EAP
-    under the GIM backward (all three modifications, or all but one).
+    under the GIM backward (all three modifications, or all but one). ``relp``: EAP
+    under RelP's LRP rules (:mod:`selfrepair.gim.relp`, the authors' default rule set;
+    ``relp-ah``: with the AH-rule too).
+    ``eap-gp``: ``eap-ig`` with its points on the GradPath of :func:`gradpath_inputs`
+    (``path="straight"``: on EAP-IG's line, the check; ``steps`` more forwards and
+    backwards per batch for the path itself).
     Per batch: one forward and one backward (per IG step for ``eap-ig``) plus one forward
     of the other input (``eap-ig``: of each input); the nodes' activations at the gradient
     point are recorded in its forward when that forward is the model's own bit for bit
@@ -95,8 +136,8 @@ def edge_scores(
         raise ValueError(f"unknown gradient_at {gradient_at!r}; one of {GRADIENT_POINTS}")
     if weighting not in WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; one of {WEIGHTINGS}")
-    if gradient_at != "clean" and method == "eap-ig":
-        raise ValueError("eap-ig integrates along the corrupt -> clean path; gradient_at applies to eap and gim*")
+    if gradient_at != "clean" and method in PATH_METHODS:
+        raise ValueError(f"{method} integrates along the corrupt -> clean path; gradient_at applies to eap and gim*")
     cfg = _method_config(method)
     slots = graph.backward_slots()
     rep = graph.n_heads // graph.n_kv_heads
@@ -109,7 +150,7 @@ def edge_scores(
         plan.append((name, n, order, [j for j, _ in cols], [order.index(s) for _, s in cols], share))
     # the gradient forward's node activations are recorded in it when its values are the
     # model's own, bit for bit (freeze_norm recomputes the norms: a separate forward then)
-    record = method != "eap-ig" and (cfg is None or not cfg.freeze_norm)
+    record = method not in PATH_METHODS and (cfg is None or not cfg.freeze_norm)
     device = _device(bridge)  # sums on the model's device, returned on the CPU (as graph.valid)
     total = torch.zeros(len(graph.forward), len(graph.backward), device=device)
     for b in data.batches(batch_size):
@@ -120,12 +161,16 @@ def edge_scores(
             _, a_clean = forward_activations(bridge, graph, b.clean)
             _, a_corr = forward_activations(bridge, graph, b.corrupt)
             steps = [k / ig_steps for k in range(ig_steps)]
+        elif method == "eap-gp":
+            corr_logits, a_corr = forward_activations(bridge, graph, b.corrupt)
+            _, a_clean = forward_activations(bridge, graph, b.clean)
+            steps = gradpath_inputs(bridge, b, a_clean[:, :, 0], a_corr[:, :, 0], corr_logits.float(), ig_steps, path)
         else:
             _, a_other = forward_activations(bridge, graph, other)
             steps = [None]
         grads_sum = {}
         for alpha in steps:
-            grads = {}
+            grads, like = {}, {}
             bwd_hooks = []
             for name in slots:
 
@@ -134,10 +179,14 @@ def edge_scores(
                     # (the hook's own input may also feed the residual stream)
                     y = x.clone()
                     y.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach()))
+                    like[name] = (y.shape, y.dtype, y.device)  # zeros where no gradient flows (relp-ah: q, k)
                     return y
 
                 bwd_hooks.append((name, cap))
-            if alpha is not None:
+            if isinstance(alpha, torch.Tensor):  # a GradPath point
+                interp = alpha.detach().requires_grad_(True)
+                bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", lambda x, hook: interp))
+            elif alpha is not None:
                 inp_clean, inp_corr = a_clean[:, :, 0], a_corr[:, :, 0]
                 interp = (inp_corr + alpha * (inp_clean - inp_corr)).detach().requires_grad_(True)
                 bwd_hooks.insert(0, ("blocks.0.hook_resid_pre", lambda x, hook: interp))
@@ -152,7 +201,7 @@ def edge_scores(
                 if record:
                     rec_hooks, recorded = activation_recorder(graph)
                     bwd_hooks += rec_hooks
-            with gim(bridge, cfg) if cfg is not None else nullcontext():
+            with relp_rules.modified_backward(bridge, cfg):
                 with with_hooks(bridge, bwd_hooks):
                     logits = bridge(at)
                     loss = -logit_diff(logits, b).sum()
@@ -160,8 +209,13 @@ def edge_scores(
             if alpha is None:
                 a_at = recorded() if record else forward_activations(bridge, graph, at)[1]
             for name in slots:
-                grads_sum[name] = grads[name] if name not in grads_sum else grads_sum[name] + grads[name]
-        if method != "eap-ig":
+                g = (
+                    grads[name]
+                    if name in grads
+                    else torch.zeros(like[name][0], dtype=like[name][1], device=like[name][2])
+                )
+                grads_sum[name] = g if name not in grads_sum else grads_sum[name] + g
+        if method not in PATH_METHODS:
             a_clean, a_corr = (a_at, a_other) if gradient_at == "clean" else (a_other, a_at)
         diff = (a_corr - a_clean).permute(2, 0, 1, 3).reshape(len(graph.forward), -1)  # [F, B*T*d]
         del a_clean, a_corr, a_at
@@ -277,8 +331,12 @@ def proximity_shares(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
 
     ``parts`` [..., K, d], ``total`` [..., d]: proximity_k = max(|total|_1 -
     |total - part_k|_1, 0), normalised to sum 1 over k (all zero where every proximity
-    is zero). Returns [..., K]."""
-    prox = (total.abs().sum(-1, keepdim=True) - (total.unsqueeze(-2) - parts).abs().sum(-1)).clamp(min=0)
+    is zero). Returns [..., K]. The L1 distances are one ``torch.cdist(p=1)`` (no
+    [..., K, d] temporary; its sums run in another order than ``abs().sum()``'s: 2e-6
+    relative on GPT-2 small's width)."""
+    lead, (k, d) = parts.shape[:-2], parts.shape[-2:]
+    dist = torch.cdist(total.reshape(-1, 1, d), parts.reshape(-1, k, d), p=1).reshape(*lead, k)
+    prox = (total.abs().sum(-1, keepdim=True) - dist).clamp(min=0)
     return prox / prox.sum(-1, keepdim=True).clamp(min=torch.finfo(prox.dtype).tiny)
 
 

@@ -14,7 +14,15 @@ import numpy as np
 import torch
 
 from selfrepair.gim.backward import with_hooks
-from selfrepair.gim.graph import SELECTIONS, Graph, mib_reported_edges, n_edges_at, select_edges
+from selfrepair.gim.graph import (
+    SELECTIONS,
+    Graph,
+    greedy_edges,
+    mib_reported_edges,
+    mib_tie_order,
+    n_edges_at,
+    select_edges,
+)
 from selfrepair.gim.hooks import (
     POST_NORM_INPUT,
     attn_post_norms,
@@ -293,7 +301,7 @@ def faithfulness_curve(
     edges, ``"greedy"``: :func:`greedy_edges`; :func:`selection_rule` gives a method's)
     with dangling edges pruned (``n_edges``: that count; ``n_kept``: the edges left
     after pruning, the circuit evaluated; ``n_reported``: the count MIB's leaderboard
-    gives a top-n circuit, :func:`graph.mib_reported_edges`)."""
+    gives it, :func:`graph.mib_reported_edges`)."""
     return faithfulness_curves(bridge, graph, data, scores, fractions, (absolute,), batch_size, selection)[absolute]
 
 
@@ -331,14 +339,65 @@ def faithfulness_curves(
                 "selection": selection,
                 "n_edges": n,
                 "n_kept": int(mask.sum()),
-                # MIB's leaderboard count of a top-n circuit (one pruning sweep); NaN for the
-                # greedy rule, whose count we do not emulate
-                "n_reported": mib_reported_edges(graph, scores, n, absolute) if selection == "topn" else float("nan"),
+                # MIB's leaderboard count (top-n: one pruning sweep; greedy: the circuit's)
+                "n_reported": int(mask.sum())
+                if selection == "greedy"
+                else mib_reported_edges(graph, scores, n, absolute),
                 "metric": mc,
                 "faithfulness": (mc - m_empty) / (m_full - m_empty),
             }
         )
     return out
+
+
+TIE_ORDERS = 8  # config gim.ifr_tie_orders
+
+
+@on_prepared
+def greedy_tie_spread(
+    bridge,
+    graph: Graph,
+    data: CounterfactualBatch,
+    scores: torch.Tensor,
+    fractions=FRACTIONS,
+    batch_size: int = 64,
+    orders: int = TIE_ORDERS,
+) -> dict:
+    """CPR and CMD of the greedy circuits (:func:`greedy_edges`) under ``orders`` of MIB's
+    possible tie orders (:func:`graph.mib_tie_order`, seeds 0 .. orders-1) and ours: their
+    range, and how many of the drawn orders change at least one circuit
+    (``tie_orders_moved``). MIB's own IFR result depends on ``PYTHONHASHSEED`` where
+    scores tie; this is the spread of what it can report. Every distinct circuit is run
+    once (:func:`run_circuits`)."""
+    if orders < 0:
+        raise ValueError(f"orders must be >= 0, not {orders}")
+    keys = [None] + [mib_tie_order(graph, k) for k in range(orders)]
+    circuits, plan = [graph.valid, torch.zeros_like(graph.valid)], []
+    for key in keys:
+        masks = [
+            greedy_edges(graph, scores, n_edges_at(f, graph.n_edges), absolute, tie_break=key)
+            for absolute in (False, True)
+            for f in fractions
+        ]
+        plan.append(masks)
+        circuits += masks
+    m = [r.mean().item() for r in run_circuits(bridge, graph, data, circuits, batch_size)]
+    m_full, m_empty, m = m[0], m[1], m[2:]
+    k = len(fractions)
+    cprs, cmds = [], []
+    for o in range(len(keys)):
+        f = [(mc - m_empty) / (m_full - m_empty) for mc in m[2 * k * o : 2 * k * (o + 1)]]
+        cprs.append(cpr(fractions, f[:k]))
+        cmds.append(cmd(fractions, f[k:]))
+    moved = sum(any(not torch.equal(a, b) for a, b in zip(masks, plan[0])) for masks in plan[1:])
+    return {
+        "tie_orders": orders,
+        "tie_orders_moved": moved,
+        "cpr_tie_min": min(cprs),
+        "cpr_tie_max": max(cprs),
+        "cmd_tie_min": min(cmds),
+        "cmd_tie_max": max(cmds),
+    }
 
 
 def area(x, y) -> float:

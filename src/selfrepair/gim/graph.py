@@ -166,11 +166,20 @@ def prune_dangling(graph: Graph, mask: torch.Tensor, passes: int | None = None) 
     return mask
 
 
-def mib_reported_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool) -> int:
-    """The edge count MIB's leaderboard reports for a top-``n`` circuit
-    (``weighted_edge_count`` after the pinned EAP-IG's ``apply_topn(n, prune=True)``): the
-    top ``n`` edges after one pruning sweep. It can exceed the circuit MIB evaluates,
-    which ``evaluate_graph`` prunes to the fixed point (:func:`top_edges`, ``n_kept``)."""
+def mib_reported_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, selection: str = "topn") -> int:
+    """The edge count MIB's leaderboard reports for the circuit of ``n`` edges
+    (``weighted_edge_count`` after the pinned EAP-IG's ``apply_topn`` / ``apply_greedy``
+    with ``prune=True``).
+
+    Top-n: the top ``n`` edges after one pruning sweep (``apply_topn`` sets the node set
+    that sweep computes, so its loop stops at once). It can exceed the circuit MIB
+    evaluates, which ``evaluate_graph`` prunes to the fixed point (:func:`top_edges`,
+    ``n_kept``). Greedy: ``apply_greedy`` leaves the nodes it opened as the node set, so
+    the sweep's loop runs to the fixed point and the count is the evaluated circuit's."""
+    if selection == "greedy":
+        return int(greedy_edges(graph, scores, n, absolute).sum())
+    if selection != "topn":
+        raise ValueError(f"unknown selection {selection!r}; one of ('topn', 'greedy')")
     return int(prune_dangling(graph, top_edges(graph, scores, n, absolute, prune=False), passes=1).sum())
 
 
@@ -191,7 +200,14 @@ def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune:
     return prune_dangling(graph, mask) if prune else mask
 
 
-def greedy_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune: bool = True) -> torch.Tensor:
+def greedy_edges(
+    graph: Graph,
+    scores: torch.Tensor,
+    n: int,
+    absolute: bool,
+    prune: bool = True,
+    tie_break: torch.Tensor | None = None,
+) -> torch.Tensor:
     """MIB's greedy circuit (EAP-IG ``Graph.apply_greedy(n, absolute, prune=True)``), grown
     backwards from ``logits`` so that every chosen edge feeds the circuit, as a mask.
 
@@ -201,7 +217,9 @@ def greedy_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, pru
     circuit the parent joins and the edges into it become candidates (``input`` has
     none). Ties go to the candidate that became one first, then to the lower (forward,
     backward) index (MIB: its edge-list order for the edges into ``logits``, the order
-    of a Python set for later ones). Then, with ``prune`` (the default, MIB's
+    of a Python set for later ones). ``tie_break`` ([n_forward, n_backward] integers, e.g.
+    :func:`mib_tie_order`) replaces that last key: among candidates that became ones
+    together, ties go to the lower ``tie_break``. Then, with ``prune`` (the default, MIB's
     evaluation), dangling edges are dropped (:func:`prune_dangling`): a parent that never
     got an incoming edge loses its edges, so the circuit may hold fewer than ``n``."""
     import heapq
@@ -209,29 +227,50 @@ def greedy_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, pru
     if not 0 <= n <= graph.n_edges:
         raise ValueError(f"n ({n}) must be between 0 and the graph's {graph.n_edges} edges")
     s = (scores.abs() if absolute else scores).tolist()
+    if tie_break is None:
+        key = torch.arange(graph.valid.numel()).view_as(graph.valid).tolist()
+    elif tie_break.shape != graph.valid.shape:
+        raise ValueError(f"tie_break has shape {tuple(tie_break.shape)}; the graph's is {tuple(graph.valid.shape)}")
+    else:
+        key = tie_break.tolist()
     columns: dict[str, list[int]] = {}  # node -> the backward columns that are its inputs
     for j, v in enumerate(graph.backward):
         columns.setdefault(_node_of(v), []).append(j)
     parents = [graph.valid[:, j].nonzero().flatten().tolist() for j in range(len(graph.backward))]
-    heap: list[tuple[float, int, int, int]] = []
+    heap: list[tuple[float, int, int, int, int]] = []
     opened = {"logits"}
 
     def open_node(node):  # its input edges become candidates, after every earlier one on ties
         rank = len(opened)
         for j in columns.get(node, ()):
             for i in parents[j]:
-                heapq.heappush(heap, (-s[i][j], rank, i, j))
+                heapq.heappush(heap, (-s[i][j], rank, key[i][j], i, j))
 
     open_node("logits")
     mask = torch.zeros_like(graph.valid)
     for _ in range(n):
-        _, _, i, j = heapq.heappop(heap)
+        *_, i, j = heapq.heappop(heap)
         mask[i, j] = True
         u = graph.forward[i]
         if u not in opened:
             opened.add(u)
             open_node(u)
     return prune_dangling(graph, mask) if prune else mask
+
+
+def mib_tie_order(graph: Graph, seed: int) -> torch.Tensor:
+    """One of the tie orders MIB's greedy circuit can take (a ``tie_break`` for
+    :func:`greedy_edges`): the edges into ``logits`` in their edge-list order, as MIB
+    has them (a dict's order), every other edge in a random order drawn from ``seed``.
+    MIB takes a newly opened node's input edges in the order of a Python set
+    (EAP-IG 7af394a ``Graph.apply_greedy``: ``sorted(parent.parent_edges)`` is stable), which
+    varies with ``PYTHONHASHSEED``; these orders stand in for the ones it can draw."""
+    n_fwd, n_bwd = graph.valid.shape
+    perm = torch.randperm(n_fwd * n_bwd, generator=torch.Generator().manual_seed(int(seed))).view(n_fwd, n_bwd)
+    key = perm + n_fwd * n_bwd  # after every edge into logits
+    logits = [j for j, v in enumerate(graph.backward) if _node_of(v) == "logits"]
+    key[:, logits] = torch.arange(n_fwd * n_bwd).view(n_fwd, n_bwd)[:, logits]
+    return key
 
 
 # How MIB picks the circuit of n edges from a method's scores (``run_evaluation.py``:

@@ -1,7 +1,7 @@
 """Paper C's circuit localization experiment: one method's scores and faithfulness curves
-(``localize``), the comparisons over a task's models (``localization_summary``), the
-published claims' evidence (``claims_evidence``) and MIB's own models and datasets when
-present locally (``run_mib``).
+(``localize``), the comparisons over a task's models (``localization_summary``) and
+MIB's own models and datasets when present locally (``run_mib``). The published claims
+read these tables in :mod:`selfrepair.gim.claims`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from selfrepair.gim.attribute import EACTP_MAX_EDGES, method_scores, too_large
-from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curves
+from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curves, greedy_tie_spread
 from selfrepair.gim.graph import Graph, selection_rule
 from selfrepair.gim.hooks import on_prepared
 from selfrepair.tasks.counterfactual import CounterfactualBatch
@@ -28,11 +28,13 @@ def localize(
     batch_size: int = 64,
     ig_steps: int = 5,
     weighting: str = "example",
+    tie_orders: int = 0,
 ):
     """Scores of one method (``weighting``: :func:`attribute.edge_scores`'s; "mib" puts
     the gradient methods' scores on MIB's scale), and its two faithfulness curves (signed
     and absolute), with the method's circuit selection rule (:func:`selection_rule`:
-    greedy for ``ifr``).
+    greedy for ``ifr``). For a greedy method, ``tie_orders`` > 0 adds the range of CPR
+    and CMD over that many of MIB's tie orders and ours (:func:`evaluate.greedy_tie_spread`).
 
     Returns (graph, scores, curves DataFrame, summary dict with CPR and CMD).
     """
@@ -57,11 +59,19 @@ def localize(
         else:
             summary["cpr"] = cpr(fractions, f)
         summary["m_full"], summary["m_empty"] = curve["m_full"], curve["m_empty"]
+    if tie_orders and selection_rule(method) == "greedy":
+        summary.update(greedy_tie_spread(bridge, graph, data, scores, fractions, batch_size, tie_orders))
     return graph, scores, pd.DataFrame(rows), summary
 
 
+# localize's summary keys for a greedy method's spread over tie orders
+TIE_RANGES = ["cpr_tie_min", "cpr_tie_max", "cmd_tie_min", "cmd_tie_max"]
+TIE_COLUMNS = ["tie_orders", "tie_orders_moved", *TIE_RANGES]
+
+
 # ---------------------------------------------------------------- models ---------
-SUMMARY_PAIRS = (("gim", "eap"), ("gim", "eap-ig"))
+# (a, b): a row "a - b" of paired differences; the newest methods against GIM
+SUMMARY_PAIRS = (("gim", "eap"), ("gim", "eap-ig"), ("relp", "gim"), ("eap-gp", "gim"))
 
 
 def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
@@ -73,9 +83,15 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
 
     - ``row == "method"``: each method's mean CPR / CMD over the models and the
       Student-t CI of that mean (``stats.t_interval``; NaN with one model);
-    - ``row == "difference"``, ``method == "gim - eap"`` / ``"gim - eap-ig"``: the
-      per-model paired difference, its mean and t-CI, and in how many models GIM is
-      better (``cpr_wins``: CPR higher; ``cmd_wins``: CMD lower; ties count for neither).
+    - ``row == "difference"``, ``method == "a - b"`` for each pair of
+      :data:`SUMMARY_PAIRS` present (``gim - eap``, ``gim - eap-ig``, ``relp - gim``,
+      ``eap-gp - gim``): the per-model paired difference, its mean and t-CI, and in how
+      many models a is better (``cpr_wins``: CPR higher; ``cmd_wins``: CMD lower; ties
+      count for neither).
+
+    A greedy method's rows (IFR) also give the range over MIB's tie orders
+    (:func:`localize`'s ``tie_orders``): ``cpr_tie_min`` / ``cpr_tie_max`` (and CMD's),
+    the mean over the models of each model's lowest / highest value; NaN elsewhere.
     """
     import pandas as pd
 
@@ -96,6 +112,7 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
             for metric in ("cpr", "cmd"):
                 ci = t_interval(m[metric], level)
                 row.update({f"{metric}_mean": ci["mean"], f"{metric}_lo": ci["lo"], f"{metric}_hi": ci["hi"]})
+            row.update({c: m[c].mean() for c in TIE_RANGES if c in m})
             rows.append(row)
         for a, b in SUMMARY_PAIRS:
             if not {a, b} <= set(g["method"]):
@@ -121,121 +138,13 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
         "cmd_hi",
         "cpr_wins",
         "cmd_wins",
+        *TIE_RANGES,
     ]
     out = pd.DataFrame(rows, columns=cols)
     return out.astype({"cpr_wins": "Int64", "cmd_wins": "Int64"})
 
 
-def claims_evidence(localization, selfrepair=None, fa=None, mib=None, summary=None) -> dict:
-    """Measured values of paper C's claims from the localization table.
-
-    ``summary``: ``localization_summary(localization)`` (computed when not given); the
-    toy comparisons are quoted as means with a t-interval over models.
-
-    The published claims are about MIB's models (GPT-2, Qwen-2.5, Gemma-2, Llama-3.1)
-    and datasets; rows whose ``model`` is a toy model of this workflow are evidence,
-    never a reproduction: those claims are reported 'not run' with the toy numbers.
-    """
-    from selfrepair.core.published import NotRun
-    from selfrepair.core.stats import fmt_ci
-
-    df = localization
-    out = {}
-    summ = localization_summary(df) if summary is None else summary
-    pooled = summ[summ.task == ("all" if "all" in set(summ.task) else summ.task.iloc[0])]
-
-    def ci(r, metric):
-        return fmt_ci({"mean": r[f"{metric}_mean"], "lo": r[f"{metric}_lo"], "hi": r[f"{metric}_hi"]})
-
-    toy = "; ".join(
-        f"{r.method}: CPR {ci(r._asdict(), 'cpr')}, CMD {ci(r._asdict(), 'cmd')}"
-        for r in pooled[pooled.row == "method"].itertuples()
-    )
-    diffs = summ[summ.row == "difference"]
-    for pair, d in diffs.groupby("method", sort=False):
-        per_task = ", ".join(
-            f"{r.task} {ci(r._asdict(), 'cpr')} ({int(r.cpr_wins)}/{int(r.n_models)})"
-            for r in d[d.task != "all"].itertuples()
-        )
-        p = d[d.task == pooled.task.iloc[0]].iloc[0]
-        toy += (
-            f"; paired CPR difference {pair.upper()} per model: {ci(p, 'cpr')}, GIM higher in "
-            f"{int(p.cpr_wins)}/{int(p.n_models)} models (per task: {per_task})"
-        )
-    n_models = int(pooled.n_models.max()) if len(pooled) else 0
-    reason = (
-        "MIB models/datasets are not in the local cache, so the claim about them is not run; "
-        f"on this workflow's toy models (mean over {n_models} models of all tasks, 95% t-interval over "
-        f"models; results/gim/tables/localization_summary.csv): {toy}"
-    )
-    out["gim_best_mean_cpr"] = NotRun(reason)
-    if mib is not None and len(mib) and {"gim", "eap", "eap-ig"} <= set(mib.method):
-        from selfrepair.core.published import Holds
-
-        m = mib.groupby("method").cpr.mean()
-        pairs = mib[["task", "model"]].drop_duplicates()
-        others = [k for k in ("eap", "eap-ig", "ifr") if k in m]  # the claim's baselines that run here
-        holds = bool(all(m["gim"] > m[k] for k in others))
-        out["gim_best_mean_cpr"] = Holds(
-            holds,
-            "MIB models present locally, mean CPR over "
-            f"{len(pairs)} (model, dataset) pairs: "
-            + ", ".join(f"{k} {v:.3f}" for k, v in m.items())
-            + " (Hybrid-ens is not implemented here)"
-            + _model_files(mib),
-        )
-    if {"gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm"} <= set(df.method):
-        unit = ["task", "model"] + (["seed"] if "seed" in df else [])
-        piv = df.pivot_table(index=unit, columns="method", values="cpr")
-        lower = sum(int((piv[v] < piv["gim"]).sum()) for v in ("gim-no-tsg", "gim-no-ln", "gim-no-norm"))
-        n = 3 * len(piv)
-        out["gim_ablation_each_modification"] = NotRun(
-            f"not run on MIB models; on toy models removing one modification lowered CPR in {lower}/{n} "
-            f"({', '.join(unit)}, modification) cases"
-        )
-    if selfrepair is not None and len(selfrepair):
-        occ = "; ".join(
-            f"{r.task}/{r.model}: {r.occurrences_mean:.1f} (min {r.occurrences_min}, max {r.occurrences_max})"
-            for r in selfrepair.itertuples()
-        )
-        out["gim_selfrepair_occurrences"] = NotRun(
-            f"the claim is about LLMs (not in the local cache); toy models, occurrences per input: {occ}"
-        )
-        sup = "; ".join(
-            f"{r.task}/{r.model}: joint > sum in {r.frac_joint_exceeds_sum:.0%} of {r.n_rows_ablated} rows, "
-            f"median interaction {r.interaction_median:.2f}"
-            for r in selfrepair.itertuples()
-        )
-        out["gim_joint_ablation_superadditive"] = NotRun(f"the claim is about LLMs; toy models: {sup}")
-    if fa is not None and len(fa):
-        m = fa.groupby("method")[["comprehensiveness", "sufficiency", "ground_truth_hit"]].mean()
-        txt = "; ".join(
-            f"{k}: comp {r.comprehensiveness:.3f}, suff {r.sufficiency:.3f}, hit {r.ground_truth_hit:.2f}"
-            for k, r in m.iterrows()
-        )
-        out["gim_fa_comprehensiveness_sufficiency"] = NotRun(
-            f"the claim is about instruction-tuned LLMs (not in the local cache); classification toy task, "
-            f"mean over models: {txt}"
-        )
-    out.setdefault(
-        "gim_fa_comprehensiveness_sufficiency",
-        NotRun(
-            "feature attribution (comprehensiveness/sufficiency vs Gradient x Input, IG, DeepLIFT, LRP) is not "
-            "implemented in this workflow yet"
-        ),
-    )
-    return out
-
-
 # ---------------------------------------------------------------- MIB ------------
-def _model_files(mib: pd.DataFrame) -> str:
-    """'; model files: gpt2 (identity ...), ...': which model files produced the MIB numbers."""
-    if "identity" not in mib:
-        return ""
-    ids = mib[["model", "identity"]].drop_duplicates()
-    return "; model files: " + ", ".join(f"{m} (identity {i})" for m, i in zip(ids.model, ids.identity))
-
-
 def check_supported(bridge) -> None:
     """Edge patching needs every node's output to reach the residual stream additively,
     except heads behind a post-attention norm (Gemma-2), patched by MIB's convention
@@ -303,9 +212,10 @@ def run_mib(
     eactp_max_edges: int = EACTP_MAX_EDGES,
     every: float = 30.0,
     weighting: str = "example",
+    tie_orders: int = 0,
 ):
     """MIB's circuit localization on every (model, dataset) present locally
-    (``weighting``: :func:`localize`'s).
+    (``weighting``, ``tie_orders``: :func:`localize`'s).
 
     Returns (status DataFrame, :data:`MIB_STATUS_COLUMNS`; localization rows; curves).
     Absent weights or datasets, pairs longer than the model's context, and any error
@@ -369,7 +279,7 @@ def run_mib(
                     for method in run:
                         with prog.stage(method):
                             _, _, curve, summary = localize(
-                                bridge, data, method, fractions, batch_size, ig_steps, weighting
+                                bridge, data, method, fractions, batch_size, ig_steps, weighting, tie_orders
                             )
                         got_rows.append({"task": d, "model": model, **summary, "identity": where["identity"]})
                         got_curves.append(curve.assign(task=d, model=model))
@@ -384,7 +294,7 @@ def run_mib(
             curves += got_curves
             reason = "; ".join([f"{len(data)} pairs"] + skipped)
             status.append({"model": model, "dataset": d, "status": "ran", "reason": reason, **where})
-    cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty", "identity"]
+    cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty", *TIE_COLUMNS, "identity"]
     return (
         pd.DataFrame(status, columns=MIB_STATUS_COLUMNS),
         pd.DataFrame(rows, columns=cols),

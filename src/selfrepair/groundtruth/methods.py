@@ -23,6 +23,16 @@ magnitude where the method has no sign (G, COAX energies):
 - ``gim`` (paper C): ``atp`` with dv/da taken under the GIM backward
   (:func:`selfrepair.gim.backward.gim`: temperature softmax gradient, frozen norm
   scales, gradient normalization);
+- ``relp`` (RelP, arXiv 2508.21258): ``atp`` with dv/da taken under the LRP rules of
+  :func:`selfrepair.gim.relp.relp` (the authors' default: LN-rule, identity rule for the
+  nonlinearity, half-rule for gated products);
+- ``eap_gp`` (EAP-GP, arXiv 2502.06852): ``eap_ig`` with the straight path replaced by
+  GradPath: from the clean state, ``steps`` steps against the normalized gradient of
+  ||logits(state) - logits(all ablated)||^2, per example, in the coordinates of
+  ``eap_ig``'s path (every entry of every component output at b + alpha (a - b), alpha
+  a tensor starting at 1); the step lengths are the straight path's (the first half a
+  step), so along a straight direction the points are ``eap_ig``'s midpoints
+  (:func:`eap_gp`);
 - ``coax_single``, ``coax_cond``, ``coax_comp`` (paper B): :func:`selfrepair.coax.score.scan`
   with the seed S = the ``n_primary`` heads of largest single drop; components in
   S have no cond / comp (NaN) and are left out of those methods' comparisons. Given the
@@ -35,7 +45,7 @@ magnitude where the method has no sign (G, COAX energies):
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+import time
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
@@ -46,11 +56,12 @@ import torch
 from selfrepair.coax import score as coax
 from selfrepair.core import attribution, interventions
 from selfrepair.core.components import Component
-from selfrepair.gim.backward import GIMConfig, frozen, gim, with_hooks
+from selfrepair.gim import relp as relp_rules
+from selfrepair.gim.backward import GIMConfig, frozen, with_hooks
 from selfrepair.groundtruth import games
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
-GRADIENT_METHODS = ("grad_norm", "grad_norm_raw", "atp", "eap_ig", "gim")
+GRADIENT_METHODS = ("grad_norm", "grad_norm_raw", "atp", "eap_ig", "gim", "relp", "eap_gp")
 COAX_METHODS = ("coax_single", "coax_cond", "coax_comp")
 
 
@@ -66,13 +77,14 @@ def activation_gradients(
     mode: str = "mean",
     means: dict | None = None,
     alpha: float = 1.0,
-    config: GIMConfig | None = None,
+    config: GIMConfig | relp_rules.RelPConfig | None = None,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """{hook: (a, b, dv/dy)} for every hook of ``components``: a the clean-path output of
     the hook at this state, b its base value (broadcastable), and the gradient of
     ``metric`` with respect to the hook's output y = b + ``alpha`` (a - b), every hook
     interpolated at once (``alpha`` = 1: the clean model). ``config``: the gradient
-    under the GIM backward. Parameters are frozen for the call (no ``.grad`` is filled).
+    under the GIM backward (a :class:`GIMConfig`) or RelP's rules (a
+    :class:`~selfrepair.gim.relp.RelPConfig`). Parameters are frozen for the call (no ``.grad`` is filled).
     """
     if mode not in interventions.MODES:
         raise ValueError(f"unknown ablation mode {mode!r}; expected one of {interventions.MODES}")
@@ -91,8 +103,7 @@ def activation_gradients(
         return fn
 
     with frozen(bridge), torch.enable_grad():
-        ctx = gim(bridge, config) if config is not None else nullcontext()
-        with ctx, with_hooks(bridge, [(h, keep(h)) for h in hooks]):
+        with relp_rules.modified_backward(bridge, config), with_hooks(bridge, [(h, keep(h)) for h in hooks]):
             value = metric(bridge(tokens))
             grads = torch.autograd.grad(value, [store[h][2] for h in hooks], allow_unused=True)
     return {
@@ -141,6 +152,116 @@ def eap_ig(
         for name, v in _node_products(state, components, clean).items():
             total[name] += v / steps
     return total
+
+
+def relp_scores(bridge, tokens, components, metric, mode="mean", means=None, config=None) -> dict[str, float]:
+    """``atp`` with the gradient under RelP's rules (default: the authors' rule set)."""
+    state = activation_gradients(
+        bridge, tokens, components, metric, mode, means, config=config or relp_rules.RelPConfig()
+    )
+    return _node_products(state, components)
+
+
+def _path_state(bridge, tokens, hooks, metric, mode, means, alphas, target=None):
+    """One point of :func:`eap_gp`'s path: every hook's output at b + alpha (x - b) with
+    ``alphas`` {hook: tensor} (None: all ones, the clean state). Returns ({hook: dv/dy},
+    {hook: d||logits - target||^2 / d alpha} or None, {hook: alpha}); ``target`` None:
+    no path gradient."""
+    store: dict[str, tuple] = {}
+
+    def keep(name):
+        def fn(x, hook):
+            b = _base(name, x, mode, means)
+            a = torch.ones_like(x) if alphas is None else alphas[name]
+            a = a.detach().requires_grad_(target is not None)
+            y = b + a * (x - b)
+            if not y.requires_grad:
+                y = y.detach().requires_grad_(True)
+            store[name] = (a, y)
+            return y
+
+        return fn
+
+    with frozen(bridge), torch.enable_grad(), with_hooks(bridge, [(h, keep(h)) for h in hooks]):
+        logits = bridge(tokens)
+        value = metric(logits)
+        ys = [store[h][1] for h in hooks]
+        grads = torch.autograd.grad(value, ys, allow_unused=True, retain_graph=target is not None)
+        path = None
+        if target is not None:
+            obj = (logits.float() - target).pow(2).sum()
+            path = torch.autograd.grad(obj, [store[h][0] for h in hooks], allow_unused=True)
+    dv = {h: torch.zeros_like(y) if g is None else g.detach() for h, y, g in zip(hooks, ys, grads)}
+    alpha = {h: store[h][0].detach() for h in hooks}
+    if path is not None:
+        path = {h: torch.zeros_like(alpha[h]) if g is None else g.detach() for h, g in zip(hooks, path)}
+    return dv, path, alpha
+
+
+def eap_gp(
+    bridge,
+    tokens,
+    components,
+    metric,
+    mode="mean",
+    means=None,
+    steps: int = 5,
+    clean: dict | None = None,
+    path: str = "gradpath",
+) -> dict[str, float]:
+    """EAP-GP's node form (module doc): the mean of dv/dy over ``steps`` GradPath points,
+    times (a_clean - b). The path lives in the coordinates alpha of ``eap_ig``'s path
+    (all hooks' alphas of one example one vector; 1 = clean, 0 = all ablated): from
+    alpha = 1, each step goes against the gradient of ||logits(alpha) - logits(0)||^2 by
+    the straight path's step length (sqrt(#alphas) / steps, the first half that:
+    :func:`selfrepair.gim.relp.step_lengths`). ``path="straight"``: each step along the
+    straight direction instead (the points are then ``eap_ig``'s midpoints, the check).
+    Costs steps + 2 forwards and 2 steps backwards (``clean``: as in ``eap_ig``)."""
+    if steps < 1:
+        raise ValueError("eap_gp needs steps >= 1")
+    if path not in ("gradpath", "straight"):
+        raise ValueError(f"unknown path {path!r}; gradpath or straight")
+    if clean is None:
+        clean = activation_gradients(bridge, tokens, components, metric, mode, means)
+    hooks = sorted({c.hook for c in components})
+    with torch.no_grad():  # logits with every component at its base value (alpha = 0)
+        zero = {h: torch.zeros_like(clean[h][0]) for h in hooks}
+        target = _ablated_logits(bridge, tokens, hooks, mode, means)
+    total = dict.fromkeys((c.name for c in components), 0.0)
+    n_alpha = sum(clean[h][0][0].numel() for h in hooks)  # alphas per example
+    distance = torch.full((tokens.shape[0],), math.sqrt(n_alpha), device=tokens.device)
+    shapes = {h: zero[h].shape for h in hooks}
+    if path == "gradpath":  # the first direction, at the clean state
+        _, grad, alphas = _path_state(bridge, tokens, hooks, metric, mode, means, None, target)
+    else:
+        alphas = {h: torch.ones_like(zero[h]) for h in hooks}
+    lengths = relp_rules.step_lengths(distance, steps, first=0.5)
+    for j, length in enumerate(lengths):
+        if path == "straight":  # the descent direction of the straight line: every alpha down alike
+            grad = {h: torch.ones_like(zero[h]) for h in hooks}
+        flat = torch.cat([grad[h].flatten(1) for h in hooks], dim=1)
+        moved = relp_rules.gradpath_step(torch.cat([alphas[h].flatten(1) for h in hooks], dim=1), flat, length)
+        alphas, start = {}, 0
+        for h in hooks:
+            n = math.prod(shapes[h][1:])
+            alphas[h] = moved[:, start : start + n].reshape(shapes[h])
+            start += n
+        more = path == "gradpath" and j < steps - 1  # the next direction from the same forward
+        dv, grad, _ = _path_state(bridge, tokens, hooks, metric, mode, means, alphas, target if more else None)
+        state = {h: (clean[h][0], clean[h][1], dv[h]) for h in hooks}
+        for name, v in _node_products(state, components, clean).items():
+            total[name] += v / steps
+    return total
+
+
+def _ablated_logits(bridge, tokens, hooks, mode, means) -> torch.Tensor:
+    """Logits (float) with every hook's output at its base value."""
+
+    def fn(name):
+        return lambda x, hook: _base(name, x, mode, means).expand_as(x).to(x.dtype)
+
+    with with_hooks(bridge, [(h, fn(h)) for h in hooks]):
+        return bridge(tokens).float()
 
 
 def grad_norms(bridge, tokens, components, metric, normalization="sqrt") -> dict[str, float]:
@@ -220,6 +341,8 @@ def all_methods(
     single drop in the game's mode (paper B seeds with heads, the name movers).
     ``hf_model`` (the model's Hugging Face GPT-2): COAX's runs on the ablation engine
     (:func:`coax_scores_engine`, ``max_rows`` sequences per chunk); None: on the bridge.
+    ``attrs["timing"]``: {method: {seconds, cpu_s}} of the methods timed on their own
+    (``relp``, ``eap_gp``; the rest are the pipeline's ``methods`` part as a whole).
     """
     components = list(components)
     if mode not in singles:
@@ -235,6 +358,14 @@ def all_methods(
     scores["atp"] = _node_products(clean, components)
     scores["eap_ig"] = eap_ig(bridge, tokens, components, metric, mode, means, ig_steps, clean=clean)
     scores["gim"] = gim_scores(bridge, tokens, components, metric, mode, means)
+    timing = {}
+    for name, fn in (
+        ("relp", lambda: relp_scores(bridge, tokens, components, metric, mode, means)),
+        ("eap_gp", lambda: eap_gp(bridge, tokens, components, metric, mode, means, ig_steps, clean=clean)),
+    ):
+        t0, c0 = time.perf_counter(), time.process_time()
+        scores[name] = fn()
+        timing[name] = {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     heads = [c.name for c in components if c.is_head]
     order = sorted(heads, key=lambda n: -singles[mode][n])
     primaries = [c for c in components if c.name in set(order[:n_primary])]
@@ -252,4 +383,5 @@ def all_methods(
     ]
     out = pd.DataFrame(rows, columns=["method", "component", "score"])
     out.attrs["primaries"] = [c.name for c in primaries]
+    out.attrs["timing"] = timing
     return out

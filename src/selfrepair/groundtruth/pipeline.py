@@ -131,6 +131,33 @@ def _singles(game, components) -> dict[str, float]:
     return {c.name: float(v[0] - v[i + 1]) for i, c in enumerate(components)}
 
 
+def shapley_of(game, components, settings: Settings, floor=None):
+    """Shapley values of ``game`` over ``components`` as the ground truth computes them:
+    exact from every coalition's value up to ``settings.exact_max_players`` players
+    (returns those values too), else the permutation estimator with the settings' stopping
+    rule (values None)."""
+    n = len(components)
+    if n <= settings.exact_max_players:
+        values = sh.coalition_values(game, components, max_players=settings.exact_max_players)
+        phi, se = sh.shapley_from_values(values), np.zeros(n)
+        res = sh.ShapleyResult(
+            components, phi, se, float(values[0]), float(values[-1]), "exact", n_evaluations=len(values)
+        )
+        return res, values
+    res = sh.permutation_shapley(
+        game,
+        components,
+        max_permutations=settings.max_permutations,
+        rel_se=settings.rel_se,
+        min_pairs=settings.min_pairs,
+        pairs_per_round=settings.pairs_per_round,
+        seed=settings.seed,
+        floor=floor,
+        chunk=4096,
+    )
+    return res, None
+
+
 def model_tables(
     bridge,
     tokens: torch.Tensor,
@@ -147,14 +174,14 @@ def model_tables(
     (game, method, component, score) of one model; ``timing`` (part, seconds: wall,
     cpu_s: this process's CPU seconds, coalitions: asked for, run: evaluated in that
     part, fewer where the games share them; part ``methods``: every method but the single
-    drops, once per model).
+    drops, once per model; parts ``method relp`` and ``method eap_gp``: those two alone,
+    within ``methods``, so not to be added to it).
 
     ``hf_model``: the model's Hugging Face GPT-2 (``models.load_hf`` of the bridge's
     folder): every game value (Shapley, pairs, single drops in both modes) then comes
     from paper A's ablation engine (each spec needs its ``engine`` form); None: from the
     bridge. The tables have the same files and columns either way."""
     components = list(components)
-    n = len(components)
     grad_spec = next((s for s in specs if s.differentiable), None)
     if grad_spec is None:
         raise ValueError("no differentiable game: the gradient methods need one")
@@ -167,26 +194,8 @@ def model_tables(
         t0, c0 = time.perf_counter(), time.process_time()
         run0 = _n_run(by_game)
         game = by_game[spec.name]
-        if n <= settings.exact_max_players:
-            values = sh.coalition_values(game, components, max_players=settings.exact_max_players)
-            phi, se = sh.shapley_from_values(values), np.zeros(n)
-            res = sh.ShapleyResult(
-                components, phi, se, float(values[0]), float(values[-1]), "exact", n_evaluations=len(values)
-            )
-            sii = sh.interaction_index_from_values(values)
-        else:
-            res = sh.permutation_shapley(
-                game,
-                components,
-                max_permutations=settings.max_permutations,
-                rel_se=settings.rel_se,
-                min_pairs=settings.min_pairs,
-                pairs_per_round=settings.pairs_per_round,
-                seed=settings.seed,
-                floor=spec.floor,
-                chunk=4096,
-            )
-            sii = None
+        res, values = shapley_of(game, components, settings, spec.floor)
+        sii = sh.interaction_index_from_values(values) if values is not None else None
         t1, c1 = time.perf_counter(), time.process_time()
         t_shap = t1 - t0
         run1, other_run = _n_run(by_game), _n_run(other_games)
@@ -254,6 +263,11 @@ def model_tables(
                 "coalitions": 0,
                 "run": 0,
             }
+            # the newest methods on their own too (their time is within part "methods")
+            method_timing = [
+                {"part": f"method {m}", **t, "coalitions": 0, "run": 0}
+                for m, t in method_scores.attrs.get("timing", {}).items()
+            ]
         t3, c3 = time.perf_counter(), time.process_time()
         rows = [
             {"method": m, "component": k, "score": v}
@@ -271,6 +285,7 @@ def model_tables(
             }
         )
     timing.append(timing_methods)
+    timing += method_timing
     # the gradient and COAX methods (one set, on the differentiable game's metric) stand
     # beside every game's Shapley values; the single drops are each game's own
     shared = method_scores[~method_scores["method"].str.startswith("single")]

@@ -26,6 +26,8 @@ METHODS = {
     "atp": "AtP = node EAP",
     "eap_ig": "EAP-IG (activations)",
     "gim": "C: GIM (AtP under the GIM backward)",
+    "relp": "RelP (AtP under LRP rules)",
+    "eap_gp": "EAP-GP (GradPath, activations)",
     "coax_single": "B: COAX single energy",
     "coax_cond": "B: COAX conditional energy",
     "coax_comp": "B: COAX comp",
@@ -228,4 +230,22 @@ def findings(per_model: pd.DataFrame, recall: pd.DataFrame | None, n_boot: int =
         d,
         f"{_fmt(d)}; GIM higher in {d['a_higher']} of {d['n']}",
     )
+    # the newest methods against GIM and EAP-IG, on every family (paired Spearman differences)
+    for family, label in FAMILIES.items():
+        f = sub(family, GAME_OF[family])
+        for new in NEWEST:
+            for ref in ("gim", "eap_ig"):
+                d = paired_difference(f, new, ref, "spearman", n_boot)
+                add(
+                    f"gt_{family}_{new}_minus_{ref}",
+                    f"{label}: {METHOD_NAMES[new]} against {METHOD_NAMES[ref]}, Spearman rho with the Shapley "
+                    f"values of {GAME_OF[family]} (paired difference)",
+                    d,
+                    f"{_fmt(d)}; {METHOD_NAMES[new]} higher in {d['a_higher']} of {d['n']}",
+                )
     return pd.DataFrame(rows)
+
+
+FAMILIES = {"heroes": "Paper A models", "ioi": "Toy IOI (paper B)", "gim": "Paper C toys"}
+NEWEST = ("relp", "eap_gp")  # set against GIM and EAP-IG in findings()
+METHOD_NAMES = {"relp": "RelP", "eap_gp": "EAP-GP", "gim": "GIM", "eap_ig": "EAP-IG"}
