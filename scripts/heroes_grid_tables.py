@@ -3,6 +3,7 @@
 import pandas as pd
 
 from selfrepair.core import published, runtime
+from selfrepair.heroes import claims as C
 from selfrepair.heroes import grid_tables as T
 
 smk = snakemake  # noqa: F821
@@ -35,5 +36,5 @@ T.noise_table(sweep).to_csv(o.noise, index=False)
 paired = T.paired_table(T.seed_values(seeds, comps, p.threshold), p.n_boot)
 paired.to_csv(o.paired, index=False)
 claims = published.load_claims(smk.input.claims, "heroes")
-T.claims_table(rho, layers, sup, grad, claims, p.threshold, paired, components=comps).to_csv(o.claims, index=False)
+C.claims_table(rho, layers, sup, grad, claims, p.threshold, paired, components=comps).to_csv(o.claims, index=False)
 comps.to_csv(o.components, index=False)

@@ -200,7 +200,7 @@ def test_grid_paired_table_and_claims_change():
         {"id": "sort_layer1_bloats", "claim": "b", "value": 21, "tolerance": 5},
         {"id": "bloat_superadditivity", "claim": "x", "value": 14.0, "tolerance": 5.0},
     ]
-    t = grid_tables.claims_table(rho, layers, empty, empty, claims, 6, paired.reset_index())
+    t = heroes_claims.claims_table(rho, layers, empty, empty, claims, 6, paired.reset_index())
     site = t[t["cell"] == "site"].set_index("id")
     assert site.loc["rho_sort", "paired_diff"] == pytest.approx(0.35)
     assert site.loc["rho_sort", "change"] == "raises" and bool(site.loc["rho_sort", "decided"])

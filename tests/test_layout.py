@@ -211,21 +211,23 @@ def test_no_import_circle_between_modules():
     assert import_circles(graph) == []
 
 
-# The published claims' values (core/published): only a paper's claims module makes them.
-CLAIM_TYPES = {"Measured", "Holds", "NotRun"}
+# The published claims' values and their status (core/published): only a paper's claims
+# module makes them.
+CLAIM_TYPES = {"Measured", "Holds", "NotRun", "status_of"}
 CLAIMS_MODULES = {f"selfrepair.{p}.claims" for p in PAPERS}
 
 
 def claim_code(source: str) -> list[str]:
     """What of a module's ``source`` is claims code: the claim types it imports from
-    core.published, and its functions named like a claims entry point
-    (``measured_claims``, ``stable_claims``, ... ``*_claims``, ``claims_evidence``)."""
+    core.published (and ``status_of``, which decides a claim's status), and its functions
+    named like a claims entry point (``measured_claims``, ... ``*_claims``,
+    ``claims_evidence``, ``claims_table``: ``claims_*``)."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module == "selfrepair.core.published":
             out += [f"imports {a.name}" for a in node.names if a.name in CLAIM_TYPES]
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.col_offset == 0:
-            if node.name.endswith("_claims") or node.name.startswith("claims_evidence"):
+            if node.name.endswith("_claims") or node.name.startswith("claims_"):
                 out.append(f"defines {node.name}()")
     return out
 
@@ -249,5 +251,7 @@ def test_claims_code_lives_in_each_papers_claims_module():
 def test_the_claims_check_sees_claims_code():
     """The check above flags a module that imports a claim type or defines a claims function."""
     src = "from selfrepair.core.published import Holds, status_of\n\ndef measured_claims():\n    pass\n"
-    assert claim_code(src) == ["imports Holds", "defines measured_claims()"]
-    assert claim_code("from selfrepair.core.published import status_of\n\ndef claims_table():\n    pass\n") == []
+    assert claim_code(src) == ["imports Holds", "imports status_of", "defines measured_claims()"]
+    table = "from selfrepair.core.published import load_claims\n\ndef claims_table():\n    pass\n"
+    assert claim_code(table) == ["defines claims_table()"]
+    assert claim_code("def paired_table():\n    pass\n") == []

@@ -10,6 +10,7 @@ import torch
 from hooked_gpt2 import hooked_logits
 from selfrepair.core import components as C
 from selfrepair.core import engine, models
+from selfrepair.heroes import claims as heroes_claims
 from selfrepair.heroes import grid, grid_tables, protocol
 from selfrepair.heroes import scores as heroes
 from selfrepair.heroes.grid import SITES
@@ -194,14 +195,14 @@ def test_claims_table_scales_layer_counts_and_marks_status():
         {"id": "bloat_superadditivity", "claim": "x", "value": 14.0, "tolerance": 5.0},
         {"id": "hero_ablation_reverse_pct", "claim": "h", "value": -36.4, "tolerance": 22.8},
     ]
-    t = grid_tables.claims_table(rho, layers, sup, grad, claims, 6).set_index("id")
+    t = heroes_claims.claims_table(rho, layers, sup, grad, claims, 6).set_index("id")
     assert t.loc["rho_reverse", "status"] == "reproduced"
     assert t.loc["rho_sort", "status"] == "differs"  # 0.6 - 0.27 > 0.24
     assert t.loc["sort_layer1_bloats", "value"] == 22.0
     assert t.loc["bloat_superadditivity", "status"] == "reproduced"
     assert t.loc["hero_ablation_reverse_pct", "status"] == "not run"
     assert (t["change_vs_default"].fillna(0) == 0).all()  # only the default cell here
-    two = grid_tables.claims_table(
+    two = heroes_claims.claims_table(
         pd.concat([rho, rho.assign(cell="authors", rho_mean=[0.75, 0.3])]), layers, sup, grad, claims, 6
     )
     a = two[two["cell"] == "authors"].set_index("id")
@@ -245,7 +246,7 @@ def test_claims_table_per_seed_rho_role_counts_and_bloat_ablation_from_component
         {"id": "sort_L1H1_bloat", "claim": "b1", "value": 6, "tolerance": 2},
         {"id": "sort_L1H3_bloat", "claim": "b3", "value": 6, "tolerance": 2},
     ]
-    t = grid_tables.claims_table(rho, empty, sup, empty, claims, 6, components=pd.DataFrame(rows))
+    t = heroes_claims.claims_table(rho, empty, sup, empty, claims, 6, components=pd.DataFrame(rows))
     a = t[t["cell"] == "authors"].set_index("id")
     assert a.loc["bloat_ablation_pct", "value"] == pytest.approx(-7.5)  # minus the joint drop, in points
     assert a.loc["bloat_ablation_pct", "status"] == "reproduced"  # |-7.5 + 10.1| <= 10.4
@@ -257,5 +258,5 @@ def test_claims_table_per_seed_rho_role_counts_and_bloat_ablation_from_component
     assert a.loc["sort_L1H3_bloat", "value"] == 0.0
     d = t[t["cell"] == "default"].set_index("id")  # no components of the default cell here
     assert set(d["status"]) == {"not run"}
-    without = grid_tables.claims_table(rho, empty, sup, empty, claims, 6).set_index(["id", "cell"])
+    without = heroes_claims.claims_table(rho, empty, sup, empty, claims, 6).set_index(["id", "cell"])
     assert without.loc[("sort_L3H3_hero", "authors"), "status"] == "not run"  # no components table

@@ -167,6 +167,7 @@ rule heroes_grid_tables:
         n_boot=GRID["n_boot"],
         code=code_hash(
             "heroes/grid_tables",
+            "heroes/claims",
             "heroes/grid",
             "core/analysis",
             "core/published",
