@@ -117,6 +117,8 @@ def n_params(cls_name: str, kwargs: dict) -> int:
 def fitting_layers(cls_name: str, kwargs: dict, max_params: float) -> int:
     """The most layers (at most the real number) whose model has at most ``max_params``."""
     real = n_layers_of(kwargs)
+    if max_params == float("inf"):
+        return real
     one = n_params(cls_name, with_layers(kwargs, 1))
     two = n_params(cls_name, with_layers(kwargs, 2))
     per_layer, fixed = two - one, one - (two - one)

@@ -204,3 +204,44 @@ def test_freeze_norm_also_freezes_per_head_ln1(models, arch):
     assert torch.allclose(split, unsplit, atol=1e-6)
     assert torch.allclose(plain_split, plain, atol=1e-6)
     assert not torch.allclose(split, plain, atol=1e-6)
+
+
+def test_frozen_scale_layer_norm_is_layer_norm_forward_and_detached_scale_backward():
+    """freeze_norm's LayerNorm: F.layer_norm's bits forward; backward the autograd of
+    (x - mean) / sqrt(var + eps).detach() * w + b, for x, w and b."""
+    from selfrepair.gim.backward import _FrozenScaleLayerNorm
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 3, 8), torch.randn(8), torch.randn(8)
+    g = torch.randn(2, 3, 8)
+    xs, ws, bs = (t.clone().requires_grad_(True) for t in (x, w, b))
+    y = _FrozenScaleLayerNorm.apply(xs, ws, bs, 1e-5)
+    assert torch.equal(y, torch.nn.functional.layer_norm(x, (8,), w, b, 1e-5))
+    y.backward(g)
+    xr, wr, br = (t.clone().requires_grad_(True) for t in (x, w, b))
+    mean = xr.mean(-1, keepdim=True)
+    scale = ((xr - mean).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt().detach()
+    ((xr - mean) / scale * wr + br).backward(g)
+    for mine_, ref in ((xs, xr), (ws, wr), (bs, br)):
+        torch.testing.assert_close(mine_.grad, ref.grad, rtol=1e-5, atol=1e-6)
+    # the frozen gradient is not the plain one (the scale's own derivative is dropped)
+    xp = x.clone().requires_grad_(True)
+    torch.nn.functional.layer_norm(xp, (8,), w, b, 1e-5).backward(g)
+    assert not torch.allclose(xp.grad, xs.grad, atol=1e-3)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_gim_and_relp_forwards_are_the_models_own_bit_for_bit(models, arch):
+    """edge_scores records the node activations in the gradient's forward under GIM and
+    RelP: their logits must equal the plain forward's bits (split q/k/v inputs on)."""
+    from selfrepair.gim.hooks import prepared
+    from selfrepair.gim.relp import RelPConfig, relp
+
+    bridge, _ = models[arch]
+    toks = torch.tensor([[1, 5, 7, 9, 4, 3, 8], [2, 6, 6, 1, 9, 0, 4]])
+    with prepared(bridge):
+        with torch.no_grad():
+            plain = bridge(toks)
+        for ctx in (gim(bridge, GIMConfig()), relp(bridge, RelPConfig()), relp(bridge, RelPConfig(ah=True))):
+            with ctx:
+                assert torch.equal(bridge(toks), plain)

@@ -104,11 +104,12 @@ def edge_scores(
     (``path="straight"``: on EAP-IG's line, the check; ``steps`` more forwards and
     backwards per batch for the path itself).
     Per batch: one forward and one backward (per IG step for ``eap-ig``) plus one forward
-    of the other input (``eap-ig``: of each input); the nodes' activations at the gradient
-    point are recorded in its forward when that forward is the model's own bit for bit
-    (not under ``freeze_norm``, which recomputes the norms: one more forward then). The
-    scores of each hook's columns are one product of the activation differences of their
-    parents (a prefix of the rows) with the hook's gradients.
+    of the other input (``eap-ig``: of each input); at the gradient point (``eap``,
+    ``gim*``, ``relp*``) the nodes' activations are recorded in the gradient's own
+    forward, which every GIM and RelP modification leaves the model's own bit for bit.
+    The scores of each hook's columns are, per (example, position), the product of their
+    parents' activation differences (a prefix of the rows) with the hook's gradients,
+    summed.
 
     ``gradient_at`` (``eap`` and ``gim*``), where dL/d(input of v) is taken:
     ``"clean"`` (default; MIB's and the papers' numbers): on the clean run, the
@@ -148,9 +149,9 @@ def edge_scores(
         order = list(dict.fromkeys(s for _, s in cols))
         share = rep if (order != [None] and not name.endswith("q_input")) else 1
         plan.append((name, n, order, [j for j, _ in cols], [order.index(s) for _, s in cols], share))
-    # the gradient forward's node activations are recorded in it when its values are the
-    # model's own, bit for bit (freeze_norm recomputes the norms: a separate forward then)
-    record = method not in PATH_METHODS and (cfg is None or not cfg.freeze_norm)
+    # the gradient forward's node activations are recorded in it: its values are the
+    # model's own, bit for bit, under every GIM and RelP modification (test_gim_backward)
+    record = method not in PATH_METHODS
     device = _device(bridge)  # sums on the model's device, returned on the CPU (as graph.valid)
     total = torch.zeros(len(graph.forward), len(graph.backward), device=device)
     for b in data.batches(batch_size):
@@ -175,9 +176,10 @@ def edge_scores(
             for name in slots:
 
                 def cap(x, hook, name=name):
-                    # a fresh tensor: its gradient is the flow into this input only
-                    # (the hook's own input may also feed the residual stream)
-                    y = x.clone()
+                    # a view, its own node in the graph: its gradient is the flow into
+                    # this input only (the hook's own input may also feed the residual
+                    # stream), with no copy of the activations
+                    y = x.view_as(x)
                     y.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach()))
                     like[name] = (y.shape, y.dtype, y.device)  # zeros where no gradient flows (relp-ah: q, k)
                     return y
@@ -217,26 +219,20 @@ def edge_scores(
                 grads_sum[name] = g if name not in grads_sum else grads_sum[name] + g
         if method not in PATH_METHODS:
             a_clean, a_corr = (a_at, a_other) if gradient_at == "clean" else (a_other, a_at)
-        diff = (a_corr - a_clean).permute(2, 0, 1, 3).reshape(len(graph.forward), -1)  # [F, B*T*d]
+        # [B*T, F, d]; in place: neither buffer is read again
+        diff = a_corr.sub_(a_clean).flatten(0, 1)
         del a_clean, a_corr, a_at
-        by_rows = {}  # hooks with the same parent rows (a layer's q, k, v inputs): one product
+        scale = 1.0 / len(steps) / (len(b) if weighting == "mib" else 1)
         for name, n, order, js, pos, share in plan:
-            g = grads_sum[name] / len(steps)
+            g = grads_sum[name].flatten(0, 1)  # [B*T, S, d], or [B*T, d] for a one-slot hook
             if order == [None]:
-                g = g.reshape(-1, 1)
-            else:  # [B, T, S, d] -> [B*T*d, S], the slots of this hook's columns
-                g = g[:, :, order].permute(0, 1, 3, 2).reshape(-1, len(order))
-            if share != 1:
-                g = g / share
-            by_rows.setdefault(n, []).append((g, js, pos))
-        for n, parts in by_rows.items():
-            block = diff[:n] @ torch.cat([g for g, _, _ in parts], dim=1)  # sum over batch, position, hidden dim
-            if weighting == "mib":
-                block /= len(b)
-            start = 0
-            for g, js, pos in parts:
-                total[:n, js] += block[:, start : start + g.shape[1]][:, pos]
-                start += g.shape[1]
+                g = g.unsqueeze(1)
+            elif order != list(range(g.shape[1])):
+                g = g[:, order]  # the slots of this hook's columns
+            # sum over batch, position and hidden dim: per row (b, t) a [n, d] x [d, S]
+            # product of views (no transposed copy of either side), then the sum over rows
+            block = torch.bmm(diff[:, :n], g.transpose(1, 2)).sum(0)
+            total[:n, js] += block[:, pos] * (scale / share)
     return (total.cpu() / len(data)) * graph.valid
 
 
@@ -326,16 +322,21 @@ def exact_edge_patching(
     return (total.cpu() / len(data)) * graph.valid
 
 
-def proximity_shares(parts: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+def proximity_shares(parts: torch.Tensor, total: torch.Tensor, first: int | None = None) -> torch.Tensor:
     """Information-flow-routes importance (Ferrando & Voita 2024) of each part of a sum.
 
     ``parts`` [..., K, d], ``total`` [..., d]: proximity_k = max(|total|_1 -
     |total - part_k|_1, 0), normalised to sum 1 over k (all zero where every proximity
     is zero). Returns [..., K]. The L1 distances are one ``torch.cdist(p=1)`` (no
     [..., K, d] temporary; its sums run in another order than ``abs().sum()``'s: 2e-6
-    relative on GPT-2 small's width)."""
+    relative on GPT-2 small's width). ``first``: the shares among ``parts[..., :first,
+    :]`` only, [..., first]; the distances are taken to all K parts of the contiguous
+    ``parts`` and cut (cdist makes its inputs contiguous, and the prefix's copy costs
+    more than the distances past it; each distance is the same bits either way)."""
     lead, (k, d) = parts.shape[:-2], parts.shape[-2:]
     dist = torch.cdist(total.reshape(-1, 1, d), parts.reshape(-1, k, d), p=1).reshape(*lead, k)
+    if first is not None:
+        dist = dist[..., :first]
     prox = (total.abs().sum(-1, keepdim=True) - dist).clamp(min=0)
     return prox / prox.sum(-1, keepdim=True).clamp(min=torch.finfo(prox.dtype).tiny)
 
@@ -462,8 +463,10 @@ def information_flow_routes(
             s = next((s for y2, s in seen if torch.equal(y2, y)), None)
             if s is None:  # (the q, k and v inputs of one layer's heads are one residual stream)
                 k = int(parents.sum())
-                prefix = bool(parents[:k].all())  # the parents are the first k rows: a view, no copy
-                shares = proximity_shares(a[:, :, :k] if prefix else a[:, :, parents], y)  # [B, T, K]
+                if parents[:k].all():  # the parents are the first k rows
+                    shares = proximity_shares(a, y, first=k)  # [B, T, K]
+                else:
+                    shares = proximity_shares(a[:, :, parents], y)
                 s = torch.einsum("btk,bt->k", shares, live).to(total.device)
                 seen.append((y, s))
             for j in cols:

@@ -8,7 +8,8 @@ unchanged; only gradients differ.
    s = softmax(x / T): g_in = s * (g_out - <g_out, s>), no 1/T factor. Only the
    softmax inside attention modules is changed (a softmax in the metric stays exact).
 2. ``freeze_norm``: every normalization's scale (LayerNorm std, RMSNorm rms; the
-   final norm included) is a constant in backward (``hook_scale`` detached).
+   final norm included) is a constant in backward (``hook_scale`` detached); the
+   forward stays the model's own bit for bit.
 3. ``normalize_gradients``: gradients of queries and keys x0.25, of values x0.5;
    in gated MLPs the gate and up branches x0.5 each. A plain (GELU) MLP is not scaled.
 
@@ -144,10 +145,35 @@ def with_hooks(bridge, hooks):
             hp.fwd_hooks = [h for h in hp.fwd_hooks if h is not handle]
 
 
+class _FrozenScaleLayerNorm(torch.autograd.Function):
+    """``F.layer_norm``'s value bit for bit (the model's own forward); in backward the
+    scale s = sqrt(var + eps) is a constant and the mean subtraction stays
+    differentiated: dL/dx = a - mean(a), a = g * weight / s, the gradient of
+    (x - mean(x)) / s.detach() * weight + bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        centred = x - x.mean(-1, keepdim=True)
+        s = (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+        ctx.save_for_backward(centred, s, weight)
+        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+    @staticmethod
+    def backward(ctx, g):
+        centred, s, weight = ctx.saved_tensors
+        a = (g if weight is None else g * weight) / s
+        dx = a - a.mean(-1, keepdim=True)
+        lead = tuple(range(g.dim() - 1))
+        dw = (g * (centred / s)).sum(lead) if ctx.needs_input_grad[1] else None
+        db = g.sum(lead) if ctx.needs_input_grad[2] else None
+        return dx, dw, db, None
+
+
 class _FrozenScaleNorm:
-    """LayerNorm / RMSNorm with the normalization scale detached (forward unchanged).
-    Gemma's RMSNorm (weight stored as an offset from 1, product in float32) as its own
-    forward computes it."""
+    """LayerNorm / RMSNorm with the normalization scale detached, the forward the
+    module's own bit for bit (LayerNorm: :class:`_FrozenScaleLayerNorm`; RMSNorm: the
+    Hugging Face forward's own operations, the rsqrt detached). Gemma's RMSNorm (weight
+    stored as an offset from 1, product in float32) as its own forward computes it."""
 
     def __init__(self, norm):
         self.norm = norm
@@ -155,14 +181,13 @@ class _FrozenScaleNorm:
     def forward(self, x):
         n = self.norm
         if isinstance(n, torch.nn.LayerNorm):
-            mean = x.mean(-1, keepdim=True)
-            var = (x - mean).pow(2).mean(-1, keepdim=True)
-            y = (x - mean) / (var + n.eps).sqrt().detach()
-            return y * n.weight + n.bias if n.elementwise_affine else y
+            if len(n.normalized_shape) != 1:
+                raise NotImplementedError(f"freeze_norm: LayerNorm over {tuple(n.normalized_shape)} (one dim only)")
+            return _FrozenScaleLayerNorm.apply(x, n.weight, n.bias, n.eps)
         eps = getattr(n, "variance_epsilon", getattr(n, "eps", None))
         kind = type(n).__name__
         if eps is None or (kind.startswith("Gemma") and kind not in _GEMMA_RMS_NORMS):
-            raise NotImplementedError(f"freeze_norm: unsupported per-head norm {kind}")
+            raise NotImplementedError(f"freeze_norm: unsupported norm {kind}")
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps).detach()
         if kind in _GEMMA_RMS_NORMS:
@@ -173,22 +198,42 @@ class _FrozenScaleNorm:
 _GEMMA_RMS_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm")  # x * rsqrt(mean x^2 + eps) * (1 + w), in float32
 
 
+def _native_norm(component) -> bool:
+    """Whether a TransformerLens normalization bridge returns its Hugging Face module's
+    own forward (``use_native_layernorm_autograd``, or under ``layer_norm_folding``):
+    there ``hook_scale`` is only observed, and a hook editing it (a detach) would
+    rebuild the output from the bridge's own formula, other bits than the module's."""
+    folding = getattr(getattr(component, "config", None), "layer_norm_folding", False)
+    return bool(getattr(component, "use_native_layernorm_autograd", False) or folding)
+
+
 @contextmanager
 def freeze_norm(bridge):
-    """Modification 2: every normalization scale (``*.hook_scale``) is constant in backward.
+    """Modification 2: every normalization scale is a constant in backward, the forward
+    the model's own bit for bit.
 
-    With split q/k/v inputs the bridge re-applies ln1 per head through the raw Hugging
-    Face norm (no ``hook_scale``); that norm is swapped for a frozen-scale copy too.
+    A norm the bridge computes from scratch has its ``hook_scale`` detached. A norm the
+    bridge hands to its Hugging Face module (RMSNorm models) and, with split q/k/v
+    inputs, the ln1 the bridge re-applies per head through the raw module (no
+    ``hook_scale``) have that module swapped for a frozen-scale copy
+    (:class:`_FrozenScaleNorm`, the module's own forward bits).
     """
-    hooks = [(n, lambda x, hook: x.detach()) for n in _hook_names(bridge, "hook_scale")]
-    if not hooks:
+    names = _hook_names(bridge, "hook_scale")
+    if not names:
         raise RuntimeError("freeze_norm: the model exposes no hook_scale")
+    modules, hooks = [], []
+    for name in names:
+        component = bridge.get_submodule(name.rsplit(".", 1)[0])
+        if _native_norm(component) and getattr(component, "original_component", None) is not None:
+            modules.append(component.original_component)
+        else:
+            hooks.append((name, lambda x, hook: x.detach()))
+    # the bridge re-wires _ln1_module every forward, so the norm itself is patched
+    modules += [a._ln1_module for a in _attention_modules(bridge) if getattr(a, "_ln1_module", None) is not None]
     patched = []
     try:
-        for attn in _attention_modules(bridge):
-            norm = getattr(attn, "_ln1_module", None)
-            if norm is not None and "forward" not in norm.__dict__:
-                # the bridge re-wires _ln1_module every forward, so the norm itself is patched
+        for norm in dict.fromkeys(modules):
+            if "forward" not in norm.__dict__:
                 norm.forward = _FrozenScaleNorm(norm).forward
                 patched.append(norm)
         with with_hooks(bridge, hooks):

@@ -3,8 +3,8 @@
 Attribution patching with the local gradients of the backward pass replaced by the
 propagation coefficients of layer-wise relevance propagation (LRP). Each rule changes
 only what flows back; in gradient x input form a rule is a modified local Jacobian (the
-identity, half and AH rules keep the forward bit for bit; the LN-rule recomputes the
-norm, as GIM's freeze_norm does, equal to float rounding). The rules and where they come
+identity, half and AH rules keep the forward bit for bit, and so does the LN-rule, GIM's
+freeze_norm). The rules and where they come
 from (the authors' code is their fork of TransformerLens, github.com/FarnoushRJ/RelP; the
 README's table "Propagation Rules for Transformers" names each rule's paper):
 
@@ -135,10 +135,6 @@ class RelPConfig:
     identity: bool = True
     half: bool = True
     ah: bool = False
-
-    @property
-    def freeze_norm(self) -> bool:  # the forward recomputes the norms (edge_scores' recording)
-        return self.ln
 
     @classmethod
     def none(cls) -> "RelPConfig":
