@@ -19,6 +19,8 @@ logits [N, T, V] (a scalar tensor, e.g. the mean logit difference):
 Names load their module on first use (importing the package imports no torch).
 """
 
+from selfrepair.core.lazy import lazy_exports
+
 __all__ = [
     "coax_scores",
     "scan",
@@ -38,27 +40,28 @@ __all__ = [
     "run_ioi",
 ]
 
-_FROM_SCORE = {"scan", "single_energies"}
-
-
-def __getattr__(name: str):
-    if name in _FROM_SCORE:
-        from selfrepair.coax import score
-
-        return getattr(score, name)
-    if name == "run_ioi":
-        from selfrepair.coax import ioi_experiment
-
-        return ioi_experiment.run_ioi
-    if name in __all__ and name != "coax_scores":
-        from selfrepair.coax import baselines
-
-        return getattr(baselines, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "score": ["scan", "single_energies"],
+        "ioi_experiment": ["run_ioi"],
+        "baselines": [
+            "all_scores",
+            "atp",
+            "atp_mag",
+            "eap_ig",
+            "cond_grad",
+            "atp_2s",
+            "atp_star_graddrop",
+            "atp_star_2s",
+            "amp_ratio",
+            "amp_ratio_eps",
+            "DISCOVERY_METHODS",
+            "AMP_EPS",
+        ],
+    },
+    globals(),
+)
 
 
 def coax_scores(

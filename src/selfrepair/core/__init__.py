@@ -25,6 +25,8 @@ named ``L3H3`` (layer 3, head 3) and ``L1MLP`` everywhere (``parse``,
 ``all_components``, ``head_components``).
 """
 
+from selfrepair.core.lazy import lazy_exports
+
 __all__ = [
     "load_bridge",
     "load_hf",
@@ -39,29 +41,19 @@ __all__ = [
     "head_components",
 ]
 
-_MODELS = {
-    "load_bridge",
-    "load_hf",
-    "resolve_local",
-    "ModelNotFound",
-    "CorruptCheckpoint",
-    "NonFiniteWeights",
-    "WeightsChanged",
-}
-
-
-def __getattr__(name: str):
-    # only the names above: `from selfrepair.core import numerics` must not import torch
-    if name in _MODELS:
-        from selfrepair.core import models
-
-        return getattr(models, name)
-    if name in __all__:
-        from selfrepair.core import components
-
-        return getattr(components, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "models": [
+            "load_bridge",
+            "load_hf",
+            "resolve_local",
+            "ModelNotFound",
+            "CorruptCheckpoint",
+            "NonFiniteWeights",
+            "WeightsChanged",
+        ],
+        "components": ["Component", "parse", "all_components", "head_components"],
+    },
+    globals(),
+)

@@ -21,6 +21,8 @@ On a model of one's own (docs/OWN_MODEL.md), a TransformerBridge
 Names load their module on first use (importing the package imports no torch).
 """
 
+from selfrepair.core.lazy import lazy_exports
+
 __all__ = [
     "Graph",
     "METHODS",
@@ -42,30 +44,16 @@ __all__ = [
     "logit_diff",
 ]
 
-_FROM = {
-    "attribute": {"METHODS", "ALL_METHODS", "edge_scores", "method_scores"},
-    "graph": {"Graph", "select_edges", "selection_rule", "n_edges_at", "save_mib_json", "from_mib_json"},
-    "evaluate": {"faithfulness_curves", "cpr", "cmd", "logit_diff"},
-    "localization": {"localize"},
-}
-
-
-def __getattr__(name: str):
-    if name in _FROM["attribute"]:
-        from selfrepair.gim import attribute as module
-    elif name in _FROM["graph"]:
-        from selfrepair.gim import graph as module
-    elif name in _FROM["evaluate"]:
-        from selfrepair.gim import evaluate as module
-    elif name in _FROM["localization"]:
-        from selfrepair.gim import localization as module
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(module, name)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "attribute": ["METHODS", "ALL_METHODS", "edge_scores", "method_scores"],
+        "graph": ["Graph", "select_edges", "selection_rule", "n_edges_at", "save_mib_json", "from_mib_json"],
+        "evaluate": ["faithfulness_curves", "cpr", "cmd", "logit_diff"],
+        "localization": ["localize"],
+    },
+    globals(),
+)
 
 
 def _node(name: str) -> str:

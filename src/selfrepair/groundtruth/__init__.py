@@ -22,6 +22,8 @@ On a model of one's own (docs/OWN_MODEL.md), a TransformerBridge
 - :func:`agreement_table`: a method's scores against the Shapley values.
 """
 
+from selfrepair.core.lazy import lazy_exports
+
 __all__ = [
     "shapley_values",
     "model_tables",
@@ -39,30 +41,23 @@ __all__ = [
     "agreement_table",
 ]
 
-_FROM = {
-    "pipeline": {"model_tables", "GameSpec", "Settings"},
-    "games": {"AblationGame", "EngineGames", "ioi_reduce", "counterfactual_reduce", "logprob_reduce"},
-    "shapley": {"exact_shapley", "permutation_shapley", "pairwise_interactions"},
-    "agreement": {"agreement_table"},
-}
-
-
-def __getattr__(name: str):
-    if name in _FROM["pipeline"]:
-        from selfrepair.groundtruth import pipeline as module
-    elif name in _FROM["games"] or name == "exact_match_reduce":
-        from selfrepair.groundtruth import games as module
-    elif name in _FROM["shapley"]:
-        from selfrepair.groundtruth import shapley as module
-    elif name in _FROM["agreement"]:
-        from selfrepair.groundtruth import agreement as module
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(module, name)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "pipeline": ["model_tables", "GameSpec", "Settings"],
+        "games": [
+            "AblationGame",
+            "EngineGames",
+            "ioi_reduce",
+            "counterfactual_reduce",
+            "logprob_reduce",
+            "exact_match_reduce",
+        ],
+        "shapley": ["exact_shapley", "permutation_shapley", "pairwise_interactions"],
+        "agreement": ["agreement_table"],
+    },
+    globals(),
+)
 
 
 def shapley_values(
@@ -112,21 +107,5 @@ def shapley_values(
     on_engine = hf_model if engine is not None else None
     game = pipeline._games(bridge, on_engine, tokens, [spec], settings.mode, means, settings.max_rows)["metric"]
     res, _ = pipeline.shapley_of(game, comps, settings, floor)  # as pipeline.model_tables
-    rows = [
-        {
-            "component": c.name,
-            "shapley": float(phi),
-            "se": float(s),
-            "ci95": float(ci),
-            "estimator": res.method,
-            "n_permutations": res.n_permutations,
-            "n_pairs": res.n_pairs,
-            "n_evaluations": res.n_evaluations,
-            "n_truncated": res.n_truncated,
-            "converged": bool(res.converged),
-            "v_empty": res.v_empty,
-            "v_full": res.v_full,
-        }
-        for c, phi, s, ci in zip(comps, res.values, res.se, res.ci95)
-    ]
+    rows = pipeline.shapley_rows(res, comps)
     return pd.DataFrame(rows)

@@ -131,6 +131,24 @@ def _singles(game, components) -> dict[str, float]:
     return {c.name: float(v[0] - v[i + 1]) for i, c in enumerate(components)}
 
 
+def shapley_rows(res, components, game: str | None = None, single: dict | None = None) -> list[dict]:
+    """The rows of shapley.csv for one game's estimate ``res`` (:func:`shapley_of`): per
+    component its value, se and ci95 (0 where exact), the estimator's counts and v(empty),
+    v(full); with ``game`` that column first, with ``single`` (component name -> drop)
+    each component's single-ablation drop."""
+    rows = []
+    for c, phi, s, ci in zip(components, res.values, res.se, res.ci95):
+        row = {} if game is None else {"game": game}
+        row.update(component=c.name, shapley=float(phi), se=float(s), ci95=float(ci))
+        if single is not None:
+            row["single"] = float(single[c.name])
+        row.update(estimator=res.method, n_permutations=res.n_permutations, n_pairs=res.n_pairs,
+                   n_evaluations=res.n_evaluations, n_truncated=res.n_truncated,
+                   converged=bool(res.converged), v_empty=res.v_empty, v_full=res.v_full)  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def shapley_of(game, components, settings: Settings, floor=None):
     """Shapley values of ``game`` over ``components`` as the ground truth computes them:
     exact from every coalition's value up to ``settings.exact_max_players`` players
@@ -207,25 +225,7 @@ def model_tables(
         )
         pairs.insert(0, "game", spec.name)
         inter_frames.append(pairs)
-        for c, phi, s, ci in zip(components, res.values, res.se, res.ci95):
-            shap_rows.append(
-                {
-                    "game": spec.name,
-                    "component": c.name,
-                    "shapley": float(phi),
-                    "se": float(s),
-                    "ci95": float(ci),
-                    "single": float(single[c.name]),
-                    "estimator": res.method,
-                    "n_permutations": res.n_permutations,
-                    "n_pairs": res.n_pairs,
-                    "n_evaluations": res.n_evaluations,
-                    "n_truncated": res.n_truncated,
-                    "converged": bool(res.converged),
-                    "v_empty": res.v_empty,
-                    "v_full": res.v_full,
-                }
-            )
+        shap_rows += shapley_rows(res, components, game=spec.name, single=single)
         timing.append(
             {
                 "part": f"shapley {spec.name}",

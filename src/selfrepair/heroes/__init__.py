@@ -15,6 +15,8 @@ On a model of one's own (docs/OWN_MODEL.md), a Hugging Face GPT-2 LM
 - :func:`exact_match`, :func:`lm_loss`: the task metric and the loss G differentiates.
 """
 
+from selfrepair.core.lazy import lazy_exports
+
 __all__ = [
     "gradient_importance",
     "causal_importance",
@@ -25,20 +27,9 @@ __all__ = [
     "lm_loss",
 ]
 
-_FROM_SCORES = {"causal_scores", "ablation_correct", "causal_table", "exact_match", "lm_loss"}
-
-
-def __getattr__(name: str):
-    # only the names above: `from selfrepair.heroes import grid` must not import torch
-    if name in _FROM_SCORES:
-        from selfrepair.heroes import scores
-
-        return getattr(scores, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"scores": ["causal_scores", "ablation_correct", "causal_table", "exact_match", "lm_loss"]}, globals()
+)
 
 
 def _components(model, components):
