@@ -175,3 +175,14 @@ def test_ioi_summary_ci_over_models_by_hand():
     one = coax.ioi_summary(_discovery()[lambda d: d.model_seed == 1])
     value, note = coax_claims._claims_from({"ioi_summary": one}, "toy")["ioi_auc_atp"]
     assert value == pytest.approx(0.6) and "t-CI" not in note and "COAX - atp = 0.100, COAX higher in 2/2 runs" in note
+
+
+def test_claims_note_names_the_first_method_of_each_pair_as_the_winner():
+    """A pair a - b counts the models where a's CPR is higher: the note names a (relp - gim:
+    RELP), not GIM for every pair."""
+    loc = _loc()
+    relp = loc[loc.method == "gim"].assign(method="relp", cpr=lambda d: d.cpr - 0.05)
+    relp.loc[relp.index[0], "cpr"] += 0.1  # higher than GIM on exactly one model
+    note = claims_evidence(pd.concat([loc, relp], ignore_index=True))["gim_best_mean_cpr"].reason
+    assert "RELP - GIM per model: " in note and "RELP higher in 1/4 models" in note
+    assert "GIM higher in 3/4 models" in note  # gim - eap is unchanged

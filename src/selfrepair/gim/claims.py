@@ -37,7 +37,7 @@ def _toy_localization(summ: pd.DataFrame) -> str:
         )
         p = d[d.task == pooled.task.iloc[0]].iloc[0]
         toy += (
-            f"; paired CPR difference {pair.upper()} per model: {_ci(p, 'cpr')}, GIM higher in "
+            f"; paired CPR difference {pair.upper()} per model: {_ci(p, 'cpr')}, {pair.split(' - ')[0].upper()} higher in "
             f"{int(p.cpr_wins)}/{int(p.n_models)} models (per task: {per_task})"
         )
     n_models = int(pooled.n_models.max()) if len(pooled) else 0
