@@ -30,9 +30,9 @@ def _fmt(v) -> str:
 
 
 # models.load_bridge's message for absent weights, with an optional "name: " prefix
-# (claims over several models list each one)
+# (claims over several models list each one) and, in older runs, the exception's name
 _ABSENT = re.compile(
-    r"(?:(?P<prefix>[^\s;:]+): )?weights not found for '(?P<model>[^']+)' \((?P<where>[^)]*)\): (?P<error>\w+)"
+    r"(?:(?P<prefix>[^\s;:]+): )?weights not found for '(?P<model>[^']+)' \((?P<where>[^)]*)\)(?:: (?P<error>\w+))?"
 )
 _ABSENT_RUN = re.compile(r"weights of \S+ absent(?:; weights of \S+ absent)+")
 
@@ -44,7 +44,8 @@ def absent_models(notes) -> dict[str, tuple[str, int]]:
     for note in notes:
         seen = {}
         for m in _ABSENT.finditer(str(note)):
-            seen.setdefault(m["model"], f"weights not found ({m['where']}): {m['error']}")
+            error = f": {m['error']}" if m["error"] else ""
+            seen.setdefault(m["model"], f"weights not found ({m['where']}){error}")
         for model, why in seen.items():
             first_why, n = out.get(model, (why, 0))
             out[model] = (first_why, n + 1)
