@@ -21,47 +21,28 @@ Names load their module on first use (importing the package imports no torch).
 
 from selfrepair.core.lazy import lazy_exports
 
-__all__ = [
-    "coax_scores",
-    "scan",
-    "single_energies",
-    "all_scores",
-    "atp",
-    "atp_mag",
-    "eap_ig",
-    "cond_grad",
-    "atp_2s",
-    "atp_star_graddrop",
-    "atp_star_2s",
-    "amp_ratio",
-    "amp_ratio_eps",
-    "DISCOVERY_METHODS",
-    "AMP_EPS",
-    "run_ioi",
-]
+_LAZY = {
+    "score": ["scan", "single_energies"],
+    "ioi_experiment": ["run_ioi"],
+    "baselines": [
+        "all_scores",
+        "atp",
+        "atp_mag",
+        "eap_ig",
+        "cond_grad",
+        "atp_2s",
+        "atp_star_graddrop",
+        "atp_star_2s",
+        "amp_ratio",
+        "amp_ratio_eps",
+        "DISCOVERY_METHODS",
+        "AMP_EPS",
+    ],
+}
+__all__ = ["coax_scores", *(name for names in _LAZY.values() for name in names)]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "score": ["scan", "single_energies"],
-        "ioi_experiment": ["run_ioi"],
-        "baselines": [
-            "all_scores",
-            "atp",
-            "atp_mag",
-            "eap_ig",
-            "cond_grad",
-            "atp_2s",
-            "atp_star_graddrop",
-            "atp_star_2s",
-            "amp_ratio",
-            "amp_ratio_eps",
-            "DISCOVERY_METHODS",
-            "AMP_EPS",
-        ],
-    },
-    globals(),
-)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 def coax_scores(

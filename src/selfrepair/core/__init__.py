@@ -27,33 +27,19 @@ named ``L3H3`` (layer 3, head 3) and ``L1MLP`` everywhere (``parse``,
 
 from selfrepair.core.lazy import lazy_exports
 
-__all__ = [
-    "load_bridge",
-    "load_hf",
-    "resolve_local",
-    "ModelNotFound",
-    "CorruptCheckpoint",
-    "NonFiniteWeights",
-    "WeightsChanged",
-    "Component",
-    "parse",
-    "all_components",
-    "head_components",
-]
+_LAZY = {
+    "models": [
+        "load_bridge",
+        "load_hf",
+        "resolve_local",
+        "ModelNotFound",
+        "CorruptCheckpoint",
+        "NonFiniteWeights",
+        "WeightsChanged",
+    ],
+    "components": ["Component", "parse", "all_components", "head_components"],
+}
+__all__ = [*(name for names in _LAZY.values() for name in names)]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "models": [
-            "load_bridge",
-            "load_hf",
-            "resolve_local",
-            "ModelNotFound",
-            "CorruptCheckpoint",
-            "NonFiniteWeights",
-            "WeightsChanged",
-        ],
-        "components": ["Component", "parse", "all_components", "head_components"],
-    },
-    globals(),
-)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

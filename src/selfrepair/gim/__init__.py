@@ -23,37 +23,16 @@ Names load their module on first use (importing the package imports no torch).
 
 from selfrepair.core.lazy import lazy_exports
 
-__all__ = [
-    "Graph",
-    "METHODS",
-    "ALL_METHODS",
-    "edge_scores",
-    "method_scores",
-    "edge_table",
-    "write_circuit",
-    "select_edges",
-    "selection_rule",
-    "n_edges_at",
-    "save_mib_json",
-    "from_mib_json",
-    "localize",
-    "faithfulness_curves",
-    "circuit_faithfulness",
-    "cpr",
-    "cmd",
-    "logit_diff",
-]
+_LAZY = {
+    "attribute": ["METHODS", "ALL_METHODS", "edge_scores", "method_scores"],
+    "graph": ["Graph", "select_edges", "selection_rule", "n_edges_at", "save_mib_json", "from_mib_json"],
+    "evaluate": ["faithfulness_curves", "cpr", "cmd", "logit_diff"],
+    "localization": ["localize"],
+}
+__all__ = ["edge_table", "write_circuit", "circuit_faithfulness", *(name for names in _LAZY.values() for name in names)]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "attribute": ["METHODS", "ALL_METHODS", "edge_scores", "method_scores"],
-        "graph": ["Graph", "select_edges", "selection_rule", "n_edges_at", "save_mib_json", "from_mib_json"],
-        "evaluate": ["faithfulness_curves", "cpr", "cmd", "logit_diff"],
-        "localization": ["localize"],
-    },
-    globals(),
-)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 def _node(name: str) -> str:

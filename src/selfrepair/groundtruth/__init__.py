@@ -24,40 +24,23 @@ On a model of one's own (docs/OWN_MODEL.md), a TransformerBridge
 
 from selfrepair.core.lazy import lazy_exports
 
-__all__ = [
-    "shapley_values",
-    "model_tables",
-    "GameSpec",
-    "Settings",
-    "AblationGame",
-    "EngineGames",
-    "ioi_reduce",
-    "counterfactual_reduce",
-    "logprob_reduce",
-    "exact_match_reduce",
-    "exact_shapley",
-    "permutation_shapley",
-    "pairwise_interactions",
-    "agreement_table",
-]
+_LAZY = {
+    "pipeline": ["model_tables", "GameSpec", "Settings"],
+    "games": [
+        "AblationGame",
+        "EngineGames",
+        "ioi_reduce",
+        "counterfactual_reduce",
+        "logprob_reduce",
+        "exact_match_reduce",
+    ],
+    "shapley": ["exact_shapley", "permutation_shapley", "pairwise_interactions"],
+    "agreement": ["agreement_table"],
+}
+__all__ = ["shapley_values", *(name for names in _LAZY.values() for name in names)]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "pipeline": ["model_tables", "GameSpec", "Settings"],
-        "games": [
-            "AblationGame",
-            "EngineGames",
-            "ioi_reduce",
-            "counterfactual_reduce",
-            "logprob_reduce",
-            "exact_match_reduce",
-        ],
-        "shapley": ["exact_shapley", "permutation_shapley", "pairwise_interactions"],
-        "agreement": ["agreement_table"],
-    },
-    globals(),
-)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 def shapley_values(

@@ -17,19 +17,11 @@ On a model of one's own (docs/OWN_MODEL.md), a Hugging Face GPT-2 LM
 
 from selfrepair.core.lazy import lazy_exports
 
-__all__ = [
-    "gradient_importance",
-    "causal_importance",
-    "causal_scores",
-    "ablation_correct",
-    "causal_table",
-    "exact_match",
-    "lm_loss",
-]
+_LAZY = {"scores": ["causal_scores", "ablation_correct", "causal_table", "exact_match", "lm_loss"]}
+__all__ = ["gradient_importance", "causal_importance", *(name for names in _LAZY.values() for name in names)]
 
-__getattr__, __dir__ = lazy_exports(
-    __name__, {"scores": ["causal_scores", "ablation_correct", "causal_table", "exact_match", "lm_loss"]}, globals()
-)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 def _components(model, components):
