@@ -7,7 +7,10 @@ on the same rows:
 - EAP: one forward of the corrupted input, one forward and one backward of the clean one;
 - GIM: the same, the backward under GIM's modifications;
 - EAP-IG: one forward of each input, ``--ig-steps`` forwards and backwards;
-- IFR: one forward of the clean input;
+- IFR: one forward of the clean input up to the final norm's input (IFR reads nothing
+  later, so it skips the unembedding), plus its own arithmetic: the L1 distances of each
+  distinct downstream input to its parents (:func:`selfrepair.gim.attribute.l1_distances`,
+  once per distinct set of parents, on tensors of the same shapes);
 - curve: one forward of the corrupted input (whose activations are patched in) and one
   of the clean input per distinct circuit evaluated (the whole graph, the empty one and
   those of both rankings at every fraction).
@@ -98,7 +101,7 @@ def main():
     import torch
 
     from selfrepair.core.models import load_bridge
-    from selfrepair.gim.attribute import method_scores
+    from selfrepair.gim.attribute import l1_distances, method_scores
     from selfrepair.gim.backward import GIMConfig, gim, with_hooks
     from selfrepair.gim.evaluate import FRACTIONS, faithfulness_curves, logit_diff
     from selfrepair.gim.graph import Graph, n_edges_at, select_edges, selection_rule
@@ -126,6 +129,34 @@ def main():
             with with_hooks(bridge, [("blocks.0.hook_resid_pre", leaf)]):
                 (-logit_diff(bridge(tokens), b).sum()).backward()
 
+    class Halt(Exception):
+        pass
+
+    def forward_to(tokens, hook_name):
+        def halt(x, hook):
+            raise Halt
+
+        with torch.no_grad():
+            try:
+                bridge.run_with_hooks(tokens, fwd_hooks=[(hook_name, halt)])
+            except Halt:
+                pass
+
+    parent_sets = [int(c.sum()) if c[: int(c.sum())].all() else c for c in torch.unique(graph.valid.T, dim=0)]
+    parent_sets = [p for p in parent_sets if not isinstance(p, int) or p > 0]
+
+    g = torch.Generator().manual_seed(0)
+    ifr_operands = {  # per batch shape: node activations [B, T, n_forward, d], one input [B, T, d]
+        shape: (torch.randn(*shape, len(graph.forward), bridge.cfg.d_model, generator=g),
+                torch.randn(*shape, bridge.cfg.d_model, generator=g))
+        for shape in {tuple(b.clean.shape) for b in batches}
+    }  # fmt: skip
+
+    def ifr_distances(shape):
+        a, y = ifr_operands[tuple(shape)]
+        for p in parent_sets:
+            l1_distances(a[:, :, :p] if isinstance(p, int) else a[:, :, p], y)
+
     floors = {
         "eap": ("1 forward (corrupted) + 1 forward and backward (clean) per batch",
                 lambda: [(forward(b.corrupt), forward_backward(b, b.clean)) for b in batches]),
@@ -134,7 +165,8 @@ def main():
         "eap-ig": (f"2 forwards (clean, corrupted) + {args.ig_steps} forwards and backwards per batch",
                    lambda: [(forward(b.clean), forward(b.corrupt),
                              [forward_backward(b, b.clean) for _ in range(args.ig_steps)]) for b in batches]),
-        "ifr": ("1 forward (clean) per batch", lambda: [forward(b.clean) for b in batches]),
+        "ifr": ("1 forward (clean) to ln_final's input + the L1 distances to each distinct parent set per batch",
+                lambda: [(forward_to(b.clean, "ln_final.hook_in"), ifr_distances(b.clean.shape)) for b in batches]),
     }  # fmt: skip
     rows, scores = [], {}
     base = {"model": str(folder), "n_pairs": args.n, "n_tokens": args.tokens, "n_edges": graph.n_edges,

@@ -126,13 +126,32 @@ def activation_recorder(graph: Graph):
     return hooks, result
 
 
+class _Stopped(Exception):
+    """Raised by :func:`forward_activations`' ``stop_after`` hook: the rest is not needed."""
+
+
 @on_prepared
-def forward_activations(bridge, graph: Graph, tokens: torch.Tensor, hooks=()) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_activations(
+    bridge, graph: Graph, tokens: torch.Tensor, hooks=(), stop_after: str | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Logits and activations of every upstream node, [B, T, n_forward, d_model]
-    (:func:`activation_recorder`: one buffer, written in place as the forward goes)."""
+    (:func:`activation_recorder`: one buffer, written in place as the forward goes).
+    ``stop_after``: a hook name at which the forward stops once that hook's other hooks
+    (``hooks`` first) have run, e.g. ``ln_final.hook_in`` to skip the unembedding; the
+    logits are then None (the bridge removes its hooks on the way out)."""
     fwd, result = activation_recorder(graph)
+    stop = []
+    if stop_after is not None:
+
+        def halt(x, hook):
+            raise _Stopped
+
+        stop = [(stop_after, halt)]
     with torch.no_grad():
-        logits = bridge.run_with_hooks(tokens, fwd_hooks=list(hooks) + fwd)
+        try:
+            logits = bridge.run_with_hooks(tokens, fwd_hooks=list(hooks) + fwd + stop)
+        except _Stopped:
+            logits = None
     return logits, result()
 
 
