@@ -11,9 +11,12 @@ warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
 from selfrepair.gim.attribute import (  # noqa: E402
+    _slots_equal,
+    _values_equal,
     edge_scores,
     exact_edge_patching,
     information_flow_routes,
+    l1_distances,
     method_scores,
     per_edge_patching,
     proximity_shares,
@@ -393,6 +396,44 @@ def test_proximity_shares_hand_worked():
     # |y|=2, |y-p|=1,1 -> 1,1 -> halves; |y|=2, |y-p|=1,3 -> 1,0; |y|=1, |y-p|=1,2 -> 0,0
     want = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.0, 0.0]])
     torch.testing.assert_close(proximity_shares(parts, total), want)
+
+
+@pytest.mark.parametrize("chunk", [1, 24, 2**18])
+def test_l1_distances_on_a_prefix_view_match_brute_force(chunk):
+    """|total - part_k|_1 on a strided prefix of a larger buffer, in chunks of 1 row, of
+    a few rows and all at once, against abs().sum() of the explicit differences."""
+    g = torch.Generator().manual_seed(0)
+    buf = torch.randn(3, 4, 7, 5, generator=g)  # [B, T, n_forward, d]
+    total = torch.randn(3, 4, 5, generator=g)
+    parts = buf[:, :, :4]  # not contiguous
+    want = (total[:, :, None, :] - parts).abs().sum(-1)
+    got = l1_distances(parts, total, chunk=chunk)
+    assert got.shape == (3, 4, 4)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        proximity_shares(buf, total, first=4), proximity_shares(parts.contiguous(), total), rtol=0, atol=0
+    )
+
+
+def test_value_and_slot_equality_helpers():
+    x = torch.arange(6.0).reshape(1, 1, 1, 6).expand(2, 3, 4, 6).clone()
+    assert _slots_equal(x)
+    x[1, 2, 3, 0] += 1
+    assert not _slots_equal(x)
+    assert _values_equal(x[:, :, 0], x[:, :, 1]) and not _values_equal(x[:, :, 0], x[:, :, 3])
+    assert not _values_equal(torch.zeros(2), torch.zeros(3))
+    assert not _values_equal(torch.tensor([float("nan")]), torch.tensor([float("nan")]))  # as torch.equal
+
+
+def test_forward_activations_stop_after_skips_the_rest_and_leaves_no_hooks(bridges):
+    bridge = bridges["gpt2"]
+    graph, tokens = Graph.from_bridge(bridge), _data().clean
+    logits, a = forward_activations(bridge, graph, tokens)
+    none, b = forward_activations(bridge, graph, tokens, stop_after="ln_final.hook_in")
+    assert none is None and torch.equal(a, b)
+    assert not bridge.hook_dict["ln_final.hook_in"]._forward_hooks
+    with torch.no_grad():
+        assert torch.equal(bridge(tokens), logits)
 
 
 @pytest.mark.parametrize("processing", ["none", "mib"])
