@@ -132,14 +132,18 @@ portability: env fingerprint
 
 # This machine's kernel fingerprint under every preset (the modes exact and fast among
 # them; on a CPU that is not an Intel one every preset also with MKL's vendor override)
-# and its operation trace of two GPT-2 training steps under fast, each compared with every
-# committed one (benchmarks/fingerprints/: which kernels this CPU shares with each, and
+# and its operation traces of two GPT-2 training steps under fast and exact, each compared
+# with every committed one of the same mode (benchmarks/fingerprints/: which kernels this CPU shares with each, and
 # the first operation that differs). About 10 min. Add them there deliberately, with their
 # provenance.
 FINGERPRINT_FILES = $(foreach f,$(wildcard benchmarks/fingerprints/*.json),$(if $(findstring -trace-,$f),,$f))
 FINGERPRINT_TRACES = $(wildcard benchmarks/fingerprints/*-trace-gpt2-fast.json)
+# exact's traces as exact runs since its correctly rounded square root (+ieee-sqrt)
+FINGERPRINT_EXACT_TRACES = $(shell grep -l 'ieee-sqrt' benchmarks/fingerprints/*-trace-gpt2-exact.json)
 fingerprint: env
 	$(BIN)/python benchmarks/fingerprint.py --out results/benchmarks/fingerprint.json
 	$(BIN)/python benchmarks/fingerprint.py --trace --target gpt2 --preset fast --out results/benchmarks/fingerprint-trace-gpt2-fast.json
+	$(BIN)/python benchmarks/fingerprint.py --trace --target gpt2 --preset exact --out results/benchmarks/fingerprint-trace-gpt2-exact.json
 	$(BIN)/python benchmarks/fingerprint.py --compare results/benchmarks/fingerprint.json $(FINGERPRINT_FILES)
 	$(BIN)/python benchmarks/fingerprint.py --compare-trace results/benchmarks/fingerprint-trace-gpt2-fast.json $(FINGERPRINT_TRACES)
+	$(BIN)/python benchmarks/fingerprint.py --compare-trace results/benchmarks/fingerprint-trace-gpt2-exact.json $(FINGERPRINT_EXACT_TRACES)

@@ -28,7 +28,11 @@ so their presets are ``<preset>+intel-dispatch`` there: by default every preset 
 both ways, which shows which kernels differ from an Intel CPU only because MKL dispatches
 on the vendor. ``--mkl-intel-dispatch`` runs only the presets with the override. The
 modes ``exact`` and ``fast`` name the preset as this CPU runs them (mode_preset), and a
-comparison reads each file's modes as its own vendor runs them.
+comparison reads each file's modes as its own vendor runs them. The exact mode also
+preloads a correctly rounded square root on every CPU (``+ieee-sqrt``: MKL's COMPATIBLE
+square root follows the CPU's approximate rsqrtps, whose bits differ between vendors), so
+it runs as ``compatible+ieee-sqrt`` on Intel and ``compatible+intel-dispatch+ieee-sqrt``
+elsewhere; files written before that have no such preset, and say nothing of the mode.
 
     .venv/bin/python benchmarks/fingerprint.py --out mine.json            # every preset
     .venv/bin/python benchmarks/fingerprint.py --presets exact --ops-only --out mine.json
@@ -245,38 +249,57 @@ def child(ops_only: bool) -> dict:
     return {"ops": ops, "meta": meta}
 
 
-# ---- MKL dispatching as on Intel (the pinned modes on other vendors' CPUs) -----------------
+# ---- The preloaded libraries: MKL dispatching as on Intel (the pinned modes on other
+# vendors' CPUs), and a correctly rounded torch.sqrt (the exact mode on every CPU) ----------
 INTEL_DISPATCH = "+intel-dispatch"
+IEEE_SQRT = "+ieee-sqrt"
+SUFFIXES = (INTEL_DISPATCH, IEEE_SQRT)  # in this order in a preset's name
+
+
+def parse_preset(name: str) -> tuple[str, bool, bool]:
+    """A preset's name as (MKL branch preset, vendor override, IEEE sqrt); SystemExit
+    naming the choices for an unknown one."""
+    base, *rest = name.split("+")
+    suffixes = ["+" + r for r in rest]
+    if base not in PRESETS or any(x not in SUFFIXES for x in suffixes) or len(set(suffixes)) < len(suffixes):
+        raise SystemExit(f"unknown preset {name!r}; choose from {sorted(PRESETS)} (each also with "
+                         f"{' and/or '.join(SUFFIXES)}) or the modes {sorted(MODE_PRESET)}")  # fmt: skip
+    return base, INTEL_DISPATCH in suffixes, IEEE_SQRT in suffixes
+
+
+def preset_name(base: str, dispatch: bool, sqrt: bool) -> str:
+    return base + (INTEL_DISPATCH if dispatch else "") + (IEEE_SQRT if sqrt else "")
 
 
 def mode_preset(mode: str, vendor: str) -> str:
     """The preset a pinned mode runs as on a CPU of ``vendor``: its MKL branch, with MKL's
-    vendor override on every vendor but Intel (numerics.needs_intel_dispatch)."""
-    return MODE_PRESET[mode] + ("" if vendor == numerics.INTEL_VENDOR else INTEL_DISPATCH)
+    vendor override on every vendor but Intel (numerics.needs_intel_dispatch), and for the
+    exact mode the correctly rounded square root (numerics.needs_ieee_sqrt)."""
+    return preset_name(MODE_PRESET[mode], vendor != numerics.INTEL_VENDOR, mode == "exact")
 
 
 def default_presets() -> list[str]:
-    """Every preset as MKL dispatches by itself, and on a CPU that is not an Intel one
-    each preset again with the vendor override (the modes run those)."""
+    """Every preset as MKL dispatches by itself, on a CPU that is not an Intel one each
+    preset again with the vendor override, and the modes as this CPU runs them."""
     names = list(PRESETS)
     if numerics.needs_intel_dispatch():
         names += [n + INTEL_DISPATCH for n in PRESETS]
-    return names
+    return list(dict.fromkeys(names + [mode_preset(m, numerics.cpu_vendor()) for m in MODE_PRESET]))
 
 
 def check_preset(name: str) -> str:
-    if name.removesuffix(INTEL_DISPATCH) not in PRESETS:
-        raise SystemExit(f"unknown preset {name!r}; choose from {sorted(PRESETS)} (each also with "
-                         f"{INTEL_DISPATCH}) or the modes {sorted(MODE_PRESET)}")  # fmt: skip
+    parse_preset(name)
     return name
 
 
 def _child_env(name: str) -> dict:
+    base, dispatch, sqrt = parse_preset(name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED)}
-    env.update(PRESETS[name.removesuffix(INTEL_DISPATCH)])
-    preload = [x for x in env.get("LD_PRELOAD", "").split() if not numerics.is_dispatch_library(x)]
-    if name.endswith(INTEL_DISPATCH):
-        preload.insert(0, str(numerics.intel_dispatch_library()))
+    env.update(PRESETS[base])
+    preload = [x for x in env.get("LD_PRELOAD", "").split() if not numerics.is_override_library(x)]
+    preload[:0] = ([str(numerics.intel_dispatch_library())] if dispatch else []) + (
+        [str(numerics.ieee_sqrt_library())] if sqrt else []
+    )
     env.pop("LD_PRELOAD", None)
     if preload:
         env["LD_PRELOAD"] = " ".join(preload)
@@ -288,8 +311,9 @@ def run_preset(name: str, ops_only: bool) -> dict:
     r = subprocess.run(cmd, env=_child_env(name), capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"fingerprint preset {name} failed:\n{r.stderr[-3000:]}")
-    rec = {"env": PRESETS[name.removesuffix(INTEL_DISPATCH)], **json.loads(r.stdout.strip().splitlines()[-1])}
-    rec["mkl_intel_dispatch"] = name.endswith(INTEL_DISPATCH)
+    base, dispatch, sqrt = parse_preset(name)
+    rec = {"env": PRESETS[base], **json.loads(r.stdout.strip().splitlines()[-1])}
+    rec["mkl_intel_dispatch"], rec["ieee_sqrt"] = dispatch, sqrt
     return rec
 
 
@@ -325,8 +349,10 @@ def compare(mine: dict, other: dict) -> list[dict]:
     for a, b in ((mine, other), (other, mine)):
         if a.get("cpu_vendor") != numerics.INTEL_VENDOR and b.get("cpu_vendor") == numerics.INTEL_VENDOR:
             for p in sorted(b["presets"]):
-                if p + INTEL_DISPATCH in a["presets"]:
-                    pa, pb = (p + INTEL_DISPATCH, p) if a is mine else (p, p + INTEL_DISPATCH)
+                base, dispatch, sqrt = parse_preset(p)
+                q = preset_name(base, True, sqrt)
+                if not dispatch and q in a["presets"]:
+                    pa, pb = (q, p) if a is mine else (p, q)
                     row(f"{pa} vs {pb}", "", pa, pb)
     return rows
 
@@ -527,7 +553,7 @@ def trace(name: str, target: str = "gpt2", steps: int = 2) -> dict:
         raise SystemExit(f"trace {target} under {name} failed:\n{r.stderr[-3000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
     return {"cpu": numerics.cpu_model(), "cpu_vendor": numerics.cpu_vendor(), "date": time.strftime("%Y-%m-%d"),
-            "preset": name, "env": PRESETS[name.removesuffix(INTEL_DISPATCH)], **res}  # fmt: skip
+            "preset": name, "env": PRESETS[parse_preset(name)[0]], **res}  # fmt: skip
 
 
 def compare_traces(a: dict, b: dict) -> str:
@@ -592,14 +618,15 @@ def main() -> None:
     vendor = numerics.cpu_vendor()
     if a.trace:
         name = mode_preset(a.preset, vendor) if a.preset in MODE_PRESET else a.preset
-        name = check_preset(name + (INTEL_DISPATCH if a.mkl_intel_dispatch and INTEL_DISPATCH not in name else ""))
+        base, dispatch, sqrt = parse_preset(name)
+        name = preset_name(base, dispatch or a.mkl_intel_dispatch, sqrt)
         res = trace(name, a.target, a.steps)
         print(f"{len(res['trace'])} operations traced ({res['preset']}, {a.target}, {a.steps} steps)", file=sys.stderr)
     else:
         names = default_presets() if a.presets is None else a.presets.split(",")
         names = [mode_preset(p, vendor) if p in MODE_PRESET else p for p in names]
         if a.mkl_intel_dispatch:
-            names = list(dict.fromkeys(n if n.endswith(INTEL_DISPATCH) else n + INTEL_DISPATCH for n in names))
+            names = list(dict.fromkeys(preset_name(b, True, q) for b, _, q in map(parse_preset, names)))
         res = fingerprint(names, a.ops_only)
     s = json.dumps(res, indent=None if a.trace else 1)
     if a.out:

@@ -77,16 +77,19 @@ def test_provenance_keeps_the_row_of_a_table_committed_unchanged(tmp_path):
 def test_expectation_follows_the_mode_the_vendor_and_the_fingerprints(monkeypatch):
     monkeypatch.setattr(numerics, "can_pin", lambda: True)
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
+    agree = {"vendors": ["AuthenticAMD", "GenuineIntel"], "training_same": True}
     for mode in ("exact", "fast"):
         ok, why = M.expectation({"numerics": mode, "cpu_vendor": "GenuineIntel"})
         assert ok is True and "this CPU is GenuineIntel too" in why
     # Across vendors: as the committed fingerprints say (both vendors' files are committed:
-    # the same training under fast, other bits under exact), and as a verdict says when given.
+    # the same training under fast; exact, with its correctly rounded square root, has AMD
+    # files only), and as a verdict says when given.
     ok, why = M.expectation({"numerics": "fast", "cpu_vendor": "AuthenticAMD"})
     assert ok is True and "both vendors train the same bits" in why
     ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"})
-    assert ok is False and "AuthenticAMD" in why and "training other bits" in why
-    agree = {"vendors": ["AuthenticAMD", "GenuineIntel"], "training_same": True}
+    assert ok is False and "AuthenticAMD" in why and "no committed fingerprint" in why
+    ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"}, {**agree, "training_same": False})
+    assert ok is False and "training other bits" in why
     ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"}, agree)
     assert ok is True and "both vendors train the same bits" in why
     ok, why = M.expectation({"numerics": "exact", "cpu_vendor": "AuthenticAMD"}, {**agree, "training_same": None})

@@ -40,19 +40,71 @@ def test_the_vendor_override_is_built_once_and_without_a_compiler_fails_naming_t
 
 @pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
 def test_pinned_modes_preload_mkls_vendor_override_on_other_vendors_only(monkeypatch, vendor):
+    """MKL's vendor override on CPUs that are not Intel ones (both pinned modes); the
+    correctly rounded square root in exact mode, on every vendor."""
     monkeypatch.setattr(numerics, "can_pin", lambda: True)
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: vendor)
-    lib = str(numerics.intel_dispatch_library())
+    lib, sqrt = str(numerics.intel_dispatch_library()), str(numerics.ieee_sqrt_library())
     for mode in numerics.PINNED_MODES:
         env = numerics.environment(mode, base={"LD_PRELOAD": "/x/libother.so"})
-        want = ([lib] if vendor != "GenuineIntel" else []) + ["/x/libother.so"]
+        want = [lib] * (vendor != "GenuineIntel") + [sqrt] * (mode == "exact") + ["/x/libother.so"]
         assert env["LD_PRELOAD"].split() == want
         again = numerics.environment(mode, base=env)  # a pinned child of a pinned parent: once
         assert again["LD_PRELOAD"] == env["LD_PRELOAD"]
-    # native drops it (inherited from a pinned parent) and keeps the user's own preloads
-    env = numerics.environment("native", base={"LD_PRELOAD": f"{lib} /x/libother.so"})
+    # fast from an exact parent drops the square root; native drops both (inherited from a
+    # pinned parent) and keeps the user's own preloads
+    env = numerics.environment("fast", base={"LD_PRELOAD": f"{lib} {sqrt} /x/libother.so"})
+    assert env["LD_PRELOAD"].split() == [lib] * (vendor != "GenuineIntel") + ["/x/libother.so"]
+    env = numerics.environment("native", base={"LD_PRELOAD": f"{lib} {sqrt} /x/libother.so"})
     assert env["LD_PRELOAD"] == "/x/libother.so"
     assert "LD_PRELOAD" not in numerics.environment("native", base={"LD_PRELOAD": lib})
+
+
+_SQRT_COUNT = """
+import sys
+from selfrepair.core import numerics
+numerics.configure(sys.argv[1])
+import numpy as np, torch
+numerics.apply(sys.argv[1], 1)
+x = torch.rand(1_000_000, generator=torch.Generator().manual_seed(0)) * 1e-4  # Adam's second moments
+ieee = np.sqrt(x.numpy().astype(np.float64)).astype(np.float32)  # correctly rounded (double, then rounded)
+xd = x.double()
+# float64: the square root of a double is correctly rounded by IEEE 754 itself (np.sqrt)
+print(int((x.sqrt().numpy() != ieee).sum()), int((xd.sqrt().numpy() != np.sqrt(xd.numpy())).sum()),
+      int((x[::3].sqrt().numpy() != ieee[::3]).sum()), numerics.sqrt_kernel(sys.argv[1]))
+"""
+
+
+@pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
+def test_exact_mode_square_root_is_correctly_rounded_where_mkls_compatible_one_is_not():
+    """The exact mode's torch.sqrt equals the correctly rounded root (float32 via float64,
+    which is exact for a float32's root; float64 and strided inputs too) on 10^6 of Adam's
+    second moments. The control: MKL_CBWR=COMPATIBLE without the preloaded root, whose
+    kernel refines the CPU's approximate rsqrtps without FMA, misses it on thousands."""
+    env = numerics.environment("exact", base=os.environ)
+    r = subprocess.run([sys.executable, "-c", _SQRT_COUNT, "exact"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    f32, f64, strided, kernel = r.stdout.split(maxsplit=3)
+    assert (int(f32), int(f64), int(strided)) == (0, 0, 0) and kernel.startswith("correctly rounded"), r.stdout
+    env["LD_PRELOAD"] = " ".join(x for x in env["LD_PRELOAD"].split() if "ieee_sqrt" not in x)
+    # the exact mode's pins as they are (configure would load the root again), torch on one thread
+    code = _SQRT_COUNT.replace("numerics.configure(sys.argv[1])", "").replace(
+        "numerics.apply(sys.argv[1], 1)", "torch.set_num_threads(1)"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "exact"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    f32, f64, _, _ = r.stdout.split(maxsplit=3)
+    assert int(f32) > 10_000 and int(f64) > 1_000, r.stdout  # 165,317 and 12,150 on AMD EPYCs
+
+
+@pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
+def test_exact_mode_without_its_square_root_fails_loudly():
+    env = numerics.environment("exact", base=os.environ)
+    env["LD_PRELOAD"] = " ".join(x for x in env.get("LD_PRELOAD", "").split() if "ieee_sqrt" not in x)
+    r = _python(
+        "import torch; torch.set_num_threads(1); from selfrepair.core import numerics; numerics.check('exact')", env
+    )
+    assert r.returncode != 0 and "square root" in r.stderr and "not loaded" in r.stderr, r.stderr[-2000:]
 
 
 def test_the_modes_differ_in_the_mkl_branch_alone():
@@ -107,7 +159,7 @@ def test_this_process_runs_its_pinned_mode():
 def test_records_say_where_the_bits_come_back(monkeypatch):
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: "AuthenticAMD")
     assert "Intel or AMD" in numerics.same_bits_on("fast")
-    assert "same vendor (AuthenticAMD)" in numerics.same_bits_on("exact")
+    assert "same vendor (AuthenticAMD; across vendors expected, not yet measured)" in numerics.same_bits_on("exact")
     assert numerics.same_bits_on("native") == "this machine only"
     assert numerics.same_bits_on("exact", pinned=False).startswith("this machine only")
 
@@ -333,3 +385,13 @@ def test_fast_training_traces_like_the_committed_trace_operation_for_operation()
     mine = F.trace(F.mode_preset("fast", numerics.cpu_vendor()), "gpt2", 2)
     text = F.compare_traces(mine, committed)
     assert f"SAME: {len(committed['trace'])} operations agree" in text, text
+
+
+def test_cpu_family_reads_family_and_model_not_model_name(monkeypatch):
+    """'model\\t\\t: 2' is the model number; 'model name' (the line before it in a KVM guest's
+    cpuinfo, 'AMD EPYC' for Zen 3 and Zen 5 alike) must not be taken for it."""
+    info = {"cpu family": "26", "model\t": "2", "model name": "AMD EPYC"}
+    monkeypatch.setattr(numerics, "_cpuinfo", lambda key: info.get(key))
+    assert numerics.cpu_family() == "26/2"
+    monkeypatch.setattr(numerics, "_cpuinfo", lambda key: None)
+    assert numerics.cpu_family() == "?"

@@ -18,10 +18,16 @@ too (parallel reductions split differently). Three modes:
     for bit (README "Numerics").
 
 ``exact``
-    The same, but MKL on its ``COMPATIBLE`` branch. Measured, it trains other bits on
-    Intel and AMD CPUs all the same (MKL's vendor override changes nothing under it), so
-    its bits are the same only within one vendor; and it is slower (MKL's compatible GEMM
-    is a generic kernel). Kept for comparison; ``fast`` is the vendor-neutral mode.
+    The same, but MKL on its ``COMPATIBLE`` branch, and torch's square root (MKL's
+    ``vmsSqrt``/``vmdSqrt``, which ATen calls) correctly rounded by a second preloaded
+    library (:data:`IEEE_SQRT_SOURCE`, on every x86-64 CPU). MKL's own COMPATIBLE square
+    root (``mkl_vml_kernel_sSqrt_EXHAynn``) refines the CPU's approximate ``rsqrtps``
+    estimate with float products and sums, no FMA, so its last bit follows the vendor's
+    ``rsqrtps`` table: that kernel made ``exact`` train other bits on Intel and AMD
+    (docs/RESULTS.md, "The kernel that moved exact"). With the square root replaced, the
+    same bits on Intel and AMD are expected but measured on AMD only so far, so the
+    promise stays "the same vendor" until an Intel fingerprint shows it. Slower than
+    ``fast`` (MKL's compatible GEMM is a generic kernel); ``fast`` is the default.
 
 ``native``
     Each library takes the fastest kernels of this CPU and a job uses the configured
@@ -84,7 +90,7 @@ PINNED_CAPABILITY = "AVX2"
 # What each mode promises, in words (stored with every result).
 SAME_BITS_ON = {
     "fast": "any x86-64 CPU with AVX2 and FMA (Intel or AMD)",
-    "exact": "x86-64 CPUs with AVX2 and FMA of the same vendor ({vendor})",
+    "exact": "x86-64 CPUs with AVX2 and FMA of the same vendor ({vendor}; across vendors expected, not yet measured)",
     "native": "this machine only",
 }
 
@@ -100,6 +106,30 @@ int mkl_serv_intel_cpu(void) { return 1; }
 """
 INTEL_DISPATCH_SYMBOL = "mkl_serv_intel_cpu_true"
 INTEL_VENDOR = "GenuineIntel"
+
+# torch.sqrt correctly rounded (the exact mode, every x86-64 CPU). ATen computes sqrt of a
+# float or double tensor with MKL's vmsSqrt/vmdSqrt (aten/src/ATen/cpu/vml.h), called
+# through the symbol table like the vendor check above. Under MKL_CBWR=COMPATIBLE MKL's
+# kernel starts from rsqrtps, an instruction whose result the x86 manuals leave to the
+# implementation (relative error at most 1.5 * 2^-12), and refines it without FMA: 16-20%
+# of its results are 1 ulp off the correctly rounded root, and which ones depends on the
+# CPU's rsqrtps table. SSE2's sqrtss/sqrtsd are IEEE 754 (correctly rounded) everywhere.
+IEEE_SQRT_SOURCE = """\
+/* selfrepair (src/selfrepair/core/numerics.py): MKL's vector square roots, which ATen calls
+   for torch.sqrt, correctly rounded (IEEE 754 sqrtss/sqrtsd) instead of MKL's COMPATIBLE
+   kernel, whose last bit follows the CPU's approximate rsqrtps (the numerics mode exact).
+   MKL_INT is int (LP64), the mode argument MKL_INT64. */
+#include <math.h>
+void vmsSqrt(const int n, const float *a, float *r, const long long mode) {
+    (void)mode;
+    for (int i = 0; i < n; i++) r[i] = sqrtf(a[i]);
+}
+void vmdSqrt(const int n, const double *a, double *r, const long long mode) {
+    (void)mode;
+    for (int i = 0; i < n; i++) r[i] = sqrt(a[i]);
+}
+"""
+IEEE_SQRT_SYMBOL = "vmsSqrt"
 
 
 # What an unpinned run on another CPU, set up by another user, would ask for: every
@@ -137,12 +167,11 @@ def environment(mode: str, threads: int | None = None, base: dict | None = None)
     by default ``os.environ``, with the pins set or removed)."""
     check_mode(mode)
     env = dict(os.environ if base is None else base)
-    preload = [x for x in env.get("LD_PRELOAD", "").split() if not is_dispatch_library(x)]
+    preload = [x for x in env.get("LD_PRELOAD", "").split() if not is_override_library(x)]
     if mode in PINNED_MODES:
         env.update(MODE_PINS[mode])
         n = PINNED_THREADS
-        if needs_intel_dispatch():
-            preload.insert(0, str(intel_dispatch_library()))
+        preload[:0] = [str(lib) for lib in override_libraries(mode)]
     else:  # remove the pinned modes' pins (inherited from a pinned parent), keep others'
         for k in PIN_VARS:
             if env.get(k) in {p[k] for p in MODE_PINS.values()}:
@@ -167,9 +196,11 @@ def configure(mode: str, threads: int | None = None) -> None:
     """
     env = environment(mode, threads)
     changed = [k for k in PIN_VARS if os.environ.get(k) != env.get(k)]
-    dispatch = mode in PINNED_MODES and needs_intel_dispatch()
-    if "torch" in sys.modules and dispatch and not intel_dispatch_in_force():
+    libraries = override_libraries(mode) if mode in PINNED_MODES else []
+    if "torch" in sys.modules and mode in PINNED_MODES and needs_intel_dispatch() and not intel_dispatch_in_force():
         changed.append("MKL's vendor dispatch")
+    if "torch" in sys.modules and mode in PINNED_MODES and needs_ieee_sqrt(mode) and not ieee_sqrt_in_force():
+        changed.append("torch.sqrt's kernel")
     if "torch" in sys.modules and changed:
         raise NumericsError(
             f"numerics mode {mode!r} set after torch was imported (changes {', '.join(changed)}): "
@@ -180,8 +211,8 @@ def configure(mode: str, threads: int | None = None) -> None:
             os.environ[k] = env[k]
         else:
             os.environ.pop(k, None)
-    if dispatch:  # this process: into the global scope before torch loads MKL
-        ctypes.CDLL(str(intel_dispatch_library()), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    for lib in libraries:  # this process: into the global scope before torch loads MKL
+        ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
 
 
 def job_threads(mode: str, threads: int) -> int:
@@ -209,6 +240,13 @@ def cpu_model() -> str:
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
+def cpu_family() -> str:
+    """The CPU's family and model numbers ('25/1': AMD Zen 3, '26/2': AMD Zen 5), which
+    tell apart CPUs that share a model name (a KVM guest's 'AMD EPYC'); '?' where unknown."""
+    family, model = _cpuinfo("cpu family"), _cpuinfo("model\t")
+    return f"{family}/{model}" if family and model else "?"
+
+
 def cpu_vendor() -> str:
     """The CPU vendor as the CPU names itself (GenuineIntel, AuthenticAMD, ...), or the
     machine architecture where /proc/cpuinfo has no vendor."""
@@ -230,50 +268,91 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("SELFREPAIR_CACHE") or Path.home() / ".cache" / "selfrepair")
 
 
-def is_dispatch_library(path: str) -> bool:
-    return Path(path).name.startswith("libselfrepair_mkl_intel_dispatch")
+def needs_ieee_sqrt(mode: str) -> bool:
+    """Whether ``mode`` preloads the correctly rounded square root here: the exact mode
+    on any x86-64 CPU with AVX2 and FMA, Intel's included (MKL's COMPATIBLE square root
+    follows each vendor's rsqrtps)."""
+    return mode == "exact" and can_pin()
 
 
-def _dispatch_library_path() -> Path:
-    tag = hashlib.sha256(INTEL_DISPATCH_SOURCE.encode()).hexdigest()[:12]
-    return _cache_dir() / f"libselfrepair_mkl_intel_dispatch-{tag}.so"
+def override_libraries(mode: str) -> list[Path]:
+    """The libraries a pinned ``mode`` preloads before torch on this CPU, compiled once."""
+    libs = [intel_dispatch_library()] if needs_intel_dispatch() else []
+    return libs + ([ieee_sqrt_library()] if needs_ieee_sqrt(mode) else [])
 
 
-def intel_dispatch_library() -> Path:
-    """The compiled vendor override (built once per source, in ``$SELFREPAIR_CACHE`` or
-    ``~/.cache/selfrepair``, with the system's C compiler ``$CC``, ``cc`` or ``gcc``)."""
-    lib = _dispatch_library_path()
+_LIBRARY_PREFIX = {"dispatch": "libselfrepair_mkl_intel_dispatch", "sqrt": "libselfrepair_ieee_sqrt"}
+_LIBRARY_SOURCE = {"dispatch": INTEL_DISPATCH_SOURCE, "sqrt": IEEE_SQRT_SOURCE}
+_LIBRARY_WHAT = {"dispatch": "MKL's vendor override", "sqrt": "the correctly rounded square root"}
+
+
+def is_override_library(path: str) -> bool:
+    """Whether ``path`` is one of selfrepair's preloaded libraries (any source version)."""
+    return Path(path).name.startswith(tuple(_LIBRARY_PREFIX.values()))
+
+
+def _library_path(kind: str) -> Path:
+    tag = hashlib.sha256(_LIBRARY_SOURCE[kind].encode()).hexdigest()[:12]
+    return _cache_dir() / f"{_LIBRARY_PREFIX[kind]}-{tag}.so"
+
+
+def _library(kind: str) -> Path:
+    """A preloaded library, built once per source in ``$SELFREPAIR_CACHE`` or
+    ``~/.cache/selfrepair`` with the system's C compiler ``$CC``, ``cc`` or ``gcc``."""
+    lib = _library_path(kind)
     if lib.exists():
         return lib
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise NumericsError(
-            f"numerics: on this {cpu_vendor()} CPU the pinned modes make MKL dispatch as on Intel, with a "
-            "one-function library compiled here, and no C compiler was found (set CC, or install one: "
-            "apt-get install gcc); or run numerics: native"
+            f"numerics: on this {cpu_vendor()} CPU the pinned modes preload {_LIBRARY_WHAT[kind]}, a few lines of "
+            "C compiled here, and no C compiler was found (set CC, or install one: apt-get install gcc); "
+            "or run numerics: native"
         )
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-        src, out = Path(tmp) / "dispatch.c", Path(tmp) / lib.name
-        src.write_text(INTEL_DISPATCH_SOURCE)
-        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+        src, out = Path(tmp) / f"{kind}.c", Path(tmp) / lib.name
+        src.write_text(_LIBRARY_SOURCE[kind])
+        # -fno-math-errno: sqrtf/sqrt become the sqrtss/sqrtsd instructions (no libm call)
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-fno-math-errno", "-o", str(out), str(src), "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            raise NumericsError(f"numerics: compiling MKL's vendor override with {cc} failed:\n{r.stderr[-2000:]}")
+            raise NumericsError(f"numerics: compiling {_LIBRARY_WHAT[kind]} with {cc} failed:\n{r.stderr[-2000:]}")
         os.replace(out, lib)  # atomic: concurrent jobs see the whole file or none
     return lib
 
 
-def intel_dispatch_in_force() -> bool:
-    """Whether MKL's vendor check resolves to the override in this process's global scope."""
-    lib = _dispatch_library_path()
+def intel_dispatch_library() -> Path:
+    """The compiled vendor override (:data:`INTEL_DISPATCH_SOURCE`)."""
+    return _library("dispatch")
+
+
+def ieee_sqrt_library() -> Path:
+    """The compiled correctly rounded square root (:data:`IEEE_SQRT_SOURCE`)."""
+    return _library("sqrt")
+
+
+def _in_force(kind: str, symbol: str) -> bool:
+    """Whether ``symbol`` resolves to the ``kind`` library in this process's global scope."""
+    lib = _library_path(kind)
     if not lib.exists():
         return False
     try:
-        found = ctypes.CDLL(None)[INTEL_DISPATCH_SYMBOL]
+        found = ctypes.CDLL(None)[symbol]
     except (AttributeError, OSError):
         return False
-    ours = ctypes.CDLL(str(lib))[INTEL_DISPATCH_SYMBOL]
+    ours = ctypes.CDLL(str(lib))[symbol]
     return ctypes.cast(found, ctypes.c_void_p).value == ctypes.cast(ours, ctypes.c_void_p).value
+
+
+def intel_dispatch_in_force() -> bool:
+    """Whether MKL's vendor check resolves to the override in this process's global scope."""
+    return _in_force("dispatch", INTEL_DISPATCH_SYMBOL)
+
+
+def ieee_sqrt_in_force() -> bool:
+    """Whether MKL's vmsSqrt resolves to the correctly rounded one in this process."""
+    return _in_force("sqrt", IEEE_SQRT_SYMBOL)
 
 
 def mkl_dispatch(mode: str) -> str:
@@ -283,6 +362,13 @@ def mkl_dispatch(mode: str) -> str:
     if not needs_intel_dispatch():
         return "as on Intel (an Intel CPU)"
     return "as on Intel (selfrepair's vendor override)" if intel_dispatch_in_force() else "by vendor (override MISSING)"
+
+
+def sqrt_kernel(mode: str) -> str:
+    """Whose square root torch.sqrt runs in this process, in words."""
+    if not needs_ieee_sqrt(mode):
+        return "MKL's (vmsSqrt)"
+    return "correctly rounded (selfrepair's IEEE sqrt)" if ieee_sqrt_in_force() else "MKL's (IEEE sqrt MISSING)"
 
 
 def apply(mode: str, threads: int, device: str = "cpu") -> int:
@@ -329,6 +415,12 @@ def check(mode: str) -> None:
             f"library this machine lacks (on a cluster, put $SELFREPAIR_CACHE on a filesystem every node sees; "
             f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})"
         )
+    if needs_ieee_sqrt(mode) and not ieee_sqrt_in_force():
+        raise NumericsError(
+            f"numerics: {mode} mode replaces MKL's square root with a correctly rounded one, and that library is "
+            "not loaded: torch was imported before selfrepair.core.numerics.configure(), or LD_PRELOAD names a "
+            f"library this machine lacks (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})"
+        )
 
 
 def same_bits_on(mode: str, device: str = "cpu", pinned: bool = True) -> str:
@@ -355,6 +447,7 @@ def record(mode: str, device: str = "cpu") -> dict:
         "aten_capability": cap,
         "pins": {k: os.environ.get(k) for k in PIN_VARS},
         "mkl_dispatch": mkl_dispatch(mode),
+        "sqrt": sqrt_kernel(mode),
         "cpu": cpu_model(),
         "cpu_vendor": cpu_vendor(),
         "torch": torch.__version__,
