@@ -15,6 +15,7 @@ from selfrepair.gim.attribute import (  # noqa: E402
     _values_equal,
     edge_scores,
     exact_edge_patching,
+    exact_patching_rows,
     information_flow_routes,
     l1_distances,
     method_scores,
@@ -367,6 +368,30 @@ def test_exact_edge_patching_equals_one_masked_run_per_edge(bridges, max_rows):
     assert slow.abs().max() > 1e-3
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
     assert (fast[~graph.valid] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_exact_patching_rows_is_what_a_progress_counter_sees(bridges, name):
+    """The planned rows of the EActP stage (its progress line's ETA) against the rows its
+    forward passes carry, counted at the unembedding: GPT-2's and grouped-query Llama's
+    inputs, two batches of which the second is partial."""
+    from selfrepair.core.progress import Progress
+
+    bridge, data = bridges[name], _data(n=5)
+    graph = Graph.from_bridge(bridge)
+    # by hand: each (parent, physical input) pair once per example; GQA's k and v inputs
+    # of one key/value group are one input, so their parents count once per group
+    slots = graph.backward_slots()
+    pairs = {
+        (i, name_, s)
+        for name_, cols in slots.items()
+        for j, s in cols
+        for i in graph.valid[:, j].nonzero().flatten().tolist()
+    }
+    with Progress("m", "x", 1, log=lambda s: None) as p:
+        p.watch(bridge)
+        exact_edge_patching(bridge, graph, data, batch_size=3)
+    assert p.rows == exact_patching_rows(graph, len(data)) == len(data) * (2 + len(pairs))
 
 
 def test_exact_edge_patching_gqa_patches_the_group_input(bridges):

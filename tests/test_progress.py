@@ -53,6 +53,23 @@ def test_a_planned_stage_has_an_eta_before_any_stage_ends():
         assert p.line().endswith("about 75 rows remaining in this stage, ETA 0m30s; 1 later stages not yet estimated")
 
 
+def test_a_planned_stage_after_finished_ones_uses_its_own_plan_and_pace():
+    """An EActP stage after EAP's: far more rows than the stages before it, so its ETA
+    comes from its planned rows at its own pace; the stages after it at the finished
+    stages' mean time."""
+    clock = Clock()
+    p = Progress("llama", "MIB ioi", 3, log=lambda s: None, clock=clock)
+    p._t0 = clock()
+    with p.stage("eap"):
+        p.count(10)
+        clock.t += 4.0
+    with p.stage("eactp", rows=1000):
+        p.count(100)
+        clock.t += 20.0
+        # 900 rows left at 100 rows per 20 s: 180 s; one later stage about 4 s
+        assert p.line().endswith("about 900 rows remaining in this stage, ETA 3m00s; 1 later stages about 0m04s")
+
+
 def test_watch_counts_every_pass_that_reaches_the_logits():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -101,13 +101,17 @@ class Progress:
             + f", {self.forwards} forward passes of {self.rows} rows done in {_seconds(now - self._t0)}"
         )
         in_stage, stage_s = self.rows - self._stage_start[0], now - self._stage_start[1]
-        if not self.done and self.planned and in_stage > 0:
+        if self.planned and in_stage > 0:  # this stage from its own plan and pace
             remaining = max(0, int(self.planned) - in_stage)
-            later = f"; {left - 1} later stages not yet estimated" if left > 1 else ""
-            return (
-                head
-                + f"; about {remaining} rows remaining in this stage, ETA {_seconds(remaining * stage_s / in_stage)}{later}"
-            )
+            eta = remaining * stage_s / in_stage
+            if left <= 1:
+                later = ""
+            elif not self.done:
+                later = f"; {left - 1} later stages not yet estimated"
+            else:  # later stages as long as the finished ones were, on average
+                later_s = (left - 1) * sum(s for _, s in self.done) / len(self.done)
+                later = f"; {left - 1} later stages about {_seconds(later_s)}"
+            return head + f"; about {remaining} rows remaining in this stage, ETA {_seconds(eta)}{later}"
         if not self.done:
             return head + "; remaining: not known until the first stage ends"
         per_row = sum(s for _, s in self.done) / max(1, sum(f for f, _ in self.done))

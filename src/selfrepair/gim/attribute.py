@@ -260,6 +260,13 @@ def _column_groups(graph: Graph):
     return [(name, s, js) for (name, s), js in out.items()]
 
 
+def exact_patching_rows(graph: Graph, n_examples: int) -> int:
+    """The rows :func:`exact_edge_patching` runs through the model: per example its clean
+    and corrupted runs, and one patched run per (parent, downstream input)."""
+    runs = sum(int(graph.valid[:, cols[0]].sum()) for _, _, cols in _column_groups(graph))
+    return n_examples * (2 + runs)
+
+
 @on_prepared
 def exact_edge_patching(
     bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64, max_rows: int = 4096

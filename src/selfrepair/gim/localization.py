@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from selfrepair.gim.attribute import EACTP_MAX_EDGES, method_scores, too_large
+from selfrepair.gim.attribute import EACTP_MAX_EDGES, exact_patching_rows, method_scores, too_large
 from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curves, greedy_tie_spread
 from selfrepair.gim.graph import Graph, selection_rule
 from selfrepair.gim.hooks import on_prepared
@@ -277,7 +277,10 @@ def run_mib(
                 with Progress(model, f"MIB {d}", max(1, len(run)), every) as prog:
                     prog.watch(bridge)
                     for method in run:
-                        with prog.stage(method):
+                        # EActP's rows are known (one run per edge and example): its ETA
+                        # before it ends; the faithfulness curves add a few more
+                        plan = exact_patching_rows(Graph.from_bridge(bridge), len(data)) if method == "eactp" else None
+                        with prog.stage(method, rows=plan):
                             _, _, curve, summary = localize(
                                 bridge, data, method, fractions, batch_size, ig_steps, weighting, tie_orders
                             )
