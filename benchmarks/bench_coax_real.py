@@ -30,7 +30,8 @@ fastest per row over chunks of 1, 4 and 16 copies of the prompts (full-vocabular
 at every position, as a plain forward gives them); a backward's is that of the metric
 through a plain forward of the prompts to every layer's z. ``block rows`` counts the
 rows each phase runs through the blocks, in prompt-set forward equivalents.
-Writes results/reference/benchmark_coax_real.csv (--out).
+Writes results/reference/benchmark_coax_real.csv (--out), each row with the CPU (model
+name, vendor, family) and the numerics mode it ran under.
 """
 
 from __future__ import annotations
@@ -285,6 +286,8 @@ def main():
     rows = [r for p in a.parts for r in PARTS[p](bridge, a, heads)]
     df = pd.DataFrame(rows)
     df.insert(2, "threads", a.threads)
+    df["machine"] = f"{numerics.cpu_model()} ({numerics.cpu_vendor()}, family {numerics.cpu_family()})"
+    df["numerics"] = a.numerics
     print(df.to_string(index=False))
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

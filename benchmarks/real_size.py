@@ -323,16 +323,11 @@ def commit() -> str:
 
 
 def machine() -> str:
-    """The CPU's model name (Linux), else the platform's processor string."""
-    import platform
+    """The CPU's model name with its family/model numbers ('AMD EPYC (26/2)': a KVM guest
+    names Zen 3 and Zen 5 alike)."""
+    from selfrepair.core import numerics
 
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return f"{numerics.cpu_model()} ({numerics.cpu_family()})"
 
 
 def check_outputs(name: str, part: str, d: Path, status: pd.DataFrame) -> tuple[bool, str]:
