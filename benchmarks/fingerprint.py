@@ -264,7 +264,10 @@ def parse_preset(name: str) -> tuple[str, bool, bool]:
     if base not in PRESETS or any(x not in SUFFIXES for x in suffixes) or len(set(suffixes)) < len(suffixes):
         raise SystemExit(f"unknown preset {name!r}; choose from {sorted(PRESETS)} (each also with "
                          f"{' and/or '.join(SUFFIXES)}) or the modes {sorted(MODE_PRESET)}")  # fmt: skip
-    return base, INTEL_DISPATCH in suffixes, IEEE_SQRT in suffixes
+    parsed = base, INTEL_DISPATCH in suffixes, IEEE_SQRT in suffixes
+    if preset_name(*parsed) != name:  # one name per preset, as files store it
+        raise SystemExit(f"preset {name!r} is written {preset_name(*parsed)!r}")
+    return parsed
 
 
 def preset_name(base: str, dispatch: bool, sqrt: bool) -> str:

@@ -330,6 +330,22 @@ def _fp(vendor, presets):
     return {"cpu": vendor, "cpu_vendor": vendor, "presets": {p: {"ops": ops} for p, ops in presets.items()}}
 
 
+def test_preset_names_parse_to_their_branch_and_preloads_and_the_modes_name_theirs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fingerprint as F
+
+    assert F.parse_preset("compatible+intel-dispatch+ieee-sqrt") == ("compatible", True, True)
+    assert F.parse_preset("avx2-strict") == ("avx2-strict", False, False)
+    assert F.mode_preset("exact", "GenuineIntel") == "compatible+ieee-sqrt"
+    assert F.mode_preset("exact", "AuthenticAMD") == "compatible+intel-dispatch+ieee-sqrt"
+    assert F.mode_preset("fast", "AuthenticAMD") == "avx2-strict+intel-dispatch"
+    for bad, why in [("avx3", "unknown preset"), ("compatible+sqrt", "unknown preset"),
+                     ("compatible+ieee-sqrt+ieee-sqrt", "unknown preset"),
+                     ("compatible+ieee-sqrt+intel-dispatch", "is written 'compatible\\+intel-dispatch\\+ieee-sqrt'")]:  # fmt: skip
+        with pytest.raises(SystemExit, match=why):
+            F.parse_preset(bad)
+
+
 def test_cross_vendor_reads_each_file_as_its_vendor_runs_the_mode():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import fingerprint as F
