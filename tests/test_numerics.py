@@ -4,6 +4,7 @@ comparison with the machines whose kernels are committed (benchmarks/fingerprint
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,59 @@ def test_exact_mode_square_root_is_correctly_rounded_where_mkls_compatible_one_i
     assert r.returncode == 0, r.stderr[-2000:]
     f32, f64, _, _ = r.stdout.split(maxsplit=3)
     assert int(f32) > 10_000 and int(f64) > 1_000, r.stdout  # 165,317 and 12,150 on AMD EPYCs
+
+
+_RSQRTPS_C = """
+#include <immintrin.h>
+#include <stddef.h>
+void hw_rsqrt(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_rsqrt_ps(_mm_loadu_ps(x + i)));
+}
+"""
+
+_EMULATE = """
+import ctypes, sys
+import numpy as np, torch
+torch.set_num_threads(1)
+lib = ctypes.CDLL(sys.argv[1])
+def rsqrtps(x):
+    y = np.empty_like(x)
+    lib.hw_rsqrt(x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(x.size))
+    return y
+def ex_sqrt(x, y):  # mkl_vml_kernel_sSqrt_EXHAynn's instructions, float32, no FMA
+    c = np.float32(0.5)
+    r, h = x * y, y * c
+    e = c - r * h
+    r1, h1 = r * e + r, h * e + h
+    return (x - r1 * r1) * h1 + r1
+g = torch.Generator().manual_seed(0)
+x = (torch.rand(400_000, generator=g) * 1e-4).numpy()
+mkl = torch.from_numpy(x).sqrt().numpy()
+exact_y = (1.0 / np.sqrt(x.astype(np.float64))).astype(np.float32)
+print(int((ex_sqrt(x, rsqrtps(x)) == mkl).sum()), int((ex_sqrt(x, exact_y) != mkl).sum()))
+"""
+
+
+@pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
+def test_mkls_compatible_square_root_is_this_cpus_rsqrtps_refined_without_fma(tmp_path):
+    """Why exact replaced the square root (docs/RESULTS.md, "The kernel that moved exact"):
+    under MKL_CBWR=COMPATIBLE, torch.sqrt equals, bit for bit on 400,000 values, two
+    float32 Newton steps without FMA from this CPU's own rsqrtps (an instruction whose
+    bits the x86 manuals leave to the implementation); from a correctly rounded 1/sqrt
+    instead, the same steps give other bits on thousands. If a torch or MKL upgrade
+    changes that kernel, this test says so."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the rsqrtps helper")
+    (tmp_path / "rsqrt.c").write_text(_RSQRTPS_C)
+    lib = tmp_path / "librsqrt.so"
+    subprocess.run([cc, "-O2", "-msse", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "rsqrt.c")], check=True)
+    env = numerics.environment("exact", base=os.environ)  # MKL's COMPATIBLE branch...
+    env["LD_PRELOAD"] = " ".join(x for x in env["LD_PRELOAD"].split() if "ieee_sqrt" not in x)  # ...its own root
+    r = subprocess.run([sys.executable, "-c", _EMULATE, str(lib)], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    equal, moved = map(int, r.stdout.split())
+    assert equal == 400_000 and moved > 10_000, r.stdout
 
 
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
