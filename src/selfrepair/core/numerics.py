@@ -305,7 +305,7 @@ def _library(kind: str) -> Path:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise NumericsError(
-            f"numerics: on this {cpu_vendor()} CPU the pinned modes preload {_LIBRARY_WHAT[kind]}, a few lines of "
+            f"numerics: on this {cpu_vendor()} CPU this numerics mode preloads {_LIBRARY_WHAT[kind]}, a few lines of "
             "C compiled here, and no C compiler was found (set CC, or install one: apt-get install gcc); "
             "or run numerics: native"
         )

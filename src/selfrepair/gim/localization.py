@@ -255,7 +255,8 @@ def run_mib(
             reason = f"failed: {type(err).__name__}: {err}"
             status += [{"model": model, "dataset": d, "status": "not run", "reason": reason, **where} for d in datasets]
             continue
-        n_edges = Graph.from_bridge(bridge).n_edges
+        graph = Graph.from_bridge(bridge)
+        n_edges = graph.n_edges
         for d in datasets:
             try:
                 data = mib.load(d, tokenizer, n_eval, search_paths)
@@ -279,7 +280,7 @@ def run_mib(
                     for method in run:
                         # EActP's rows are known (one run per edge and example): its ETA
                         # before it ends; the faithfulness curves add a few more
-                        plan = exact_patching_rows(Graph.from_bridge(bridge), len(data)) if method == "eactp" else None
+                        plan = exact_patching_rows(graph, len(data)) if method == "eactp" else None
                         with prog.stage(method, rows=plan):
                             _, _, curve, summary = localize(
                                 bridge, data, method, fractions, batch_size, ig_steps, weighting, tie_orders
