@@ -128,7 +128,7 @@ def test_training_reproduces_the_committed_bc_checkpoints_bit_for_bit(tmp_path, 
     )
     # the files' hashes: the weights are compared above; a committed checkpoint saved before
     # save_model recorded every file has the weights-only record (models.WEIGHTS_KEY)
-    record = {models.FILES_KEY, models.WEIGHTS_KEY}
+    record = {models.FILES_KEY, models.WEIGHTS_KEY, models.MADE_KEY}
     meta, gmeta = ({k: v for k, v in G.train_meta(x).items() if k not in record} for x in (d / m, G.CHECKPOINTS / m))
     assert {"config.json", "model.safetensors"} <= set(G.train_meta(d / m)[models.FILES_KEY])
     if want[m] != _committed()[m]:  # this vendor's own weights: the committed records hold other floats

@@ -139,7 +139,30 @@ def save_model(model, folder: str | Path, meta: dict | None = None, tokenizer=No
     hashes = {f.name: _sha256(f) for f in _recordable(folder)}
     if meta is not None and runtime.NUMERICS_RECORD is not None:  # trained in a workflow job: how its floats came about
         meta = {**meta, "numerics": runtime.NUMERICS_RECORD}
+    if meta is not None and runtime.JOB is not None:  # trained in a workflow job: which model this is
+        meta = {**meta, MADE_KEY: made_by(runtime.JOB, folder)}
     runtime.write_json(folder / "selfrepair.json", {**(meta or {}), FILES_KEY: hashes})
+
+
+MADE_KEY = "made_by"  # selfrepair.json: the workflow job that made the model (rule, wildcards, folder)
+
+
+def made_by(job: dict, folder: Path) -> dict:
+    """The provenance a workflow job records in the model it saves in ``folder``: its rule,
+    wildcards and parameters' SHA-256, and the output folder the model is (``folder``, or
+    the output it is renamed to: a ``<output>.partial`` folder saved first)."""
+    here = os.path.abspath(str(folder))
+    target = os.path.normpath(str(folder))
+    for out in job.get("outputs", []):
+        if here in (os.path.abspath(out), os.path.abspath(out) + ".partial"):
+            target = out
+            break
+    return {
+        "rule": job["rule"],
+        "wildcards": job["wildcards"],
+        "params_sha256": job["params_sha256"],
+        "folder": Path(target).as_posix(),
+    }
 
 
 FILES_KEY = "files_sha256"  # selfrepair.json: {file name: SHA-256} of every file save_model wrote
@@ -214,6 +237,67 @@ def check_unchanged(folder: str | Path) -> None:
             )
 
 
+class ModelElsewhere(WeightsChanged):
+    """A model folder whose record names another folder: a symlink or copy of another
+    model where the workflow expects the one its own rule made."""
+
+
+class NoRecord(WeightsChanged):
+    """A model folder that the workflow wrote has no ``selfrepair.json`` (or no hashes in
+    it): nothing says it is the model its rule made."""
+
+
+def _is_job_input(folder: Path) -> bool:
+    """Whether ``folder`` is an input of the running workflow job: an output of another
+    rule (the models the user brings come through parameters and search paths)."""
+    from selfrepair.core import runtime
+
+    if runtime.JOB is None:
+        return False
+    here = os.path.abspath(str(folder))
+    return any(os.path.abspath(f) == here for f in runtime.JOB.get("inputs", []))
+
+
+def check_provenance(folder: str | Path, required: bool | None = None) -> None:
+    """Raise ModelElsewhere when the folder's record names another folder (the model that
+    rule R made for folder F is not this folder's), and NoRecord when ``required`` (by
+    default: when ``folder`` is an input of the running workflow job, so a folder another
+    rule wrote) and the folder has no record of its files' hashes.
+
+    A record names its folder relative to the working directory: the check holds when the
+    folder's path (its symlinks not followed) ends with it, so a whole results tree moved
+    elsewhere still loads. Records saved before provenance was recorded (the committed
+    golden checkpoints) are checked by their hashes only."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    made = meta.get(MADE_KEY)
+    if required is None:
+        required = _is_job_input(folder)
+    if isinstance(made, dict) and made.get("folder"):
+        want = Path(str(made["folder"]))
+        here = Path(os.path.normpath(os.path.abspath(folder)))
+        n = len(want.parts)
+        ok = here == want if want.is_absolute() else here.parts[-n:] == want.parts
+        if not ok:
+            wc = ", ".join(f"{k}={v}" for k, v in sorted((made.get("wildcards") or {}).items()))
+            raise ModelElsewhere(
+                f"model folder {folder} is not this folder's model: its selfrepair.json says rule "
+                f"{made.get('rule')} ({wc}) made it for {want} (a symlink or a copy of another model?). "
+                f"Delete {folder} and rerun snakemake (or rerun with --forcerun {made.get('rule')}) to make its own"
+            )
+    elif required and FILES_KEY not in meta and WEIGHTS_KEY not in meta:
+        what = (
+            "has no selfrepair.json"
+            if not (folder / "selfrepair.json").exists()
+            else "has no file hashes in selfrepair.json"
+        )
+        raise NoRecord(
+            f"model folder {folder} {what}: the record that names the model and its files' SHA-256, "
+            "written when the workflow saved it, so nothing shows it is the model its rule made. "
+            f"Retrain it: delete {folder} and rerun snakemake (or rerun with --forcerun <the rule that writes it>)"
+        )
+
+
 def _check_folder(folder: Path) -> None:
     if not folder.is_dir():
         raise ModelNotFound(f"model folder not found: {folder}")
@@ -271,6 +355,7 @@ def load_hf(folder: str | Path, device: str = "cpu"):
     _check_folder(folder)
     check_finite(folder)  # before the hash: an edit that put a NaN in is named by tensor
     check_unchanged(folder)
+    check_provenance(folder)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     except Exception as err:  # safetensors raises several types for a damaged file

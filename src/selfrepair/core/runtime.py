@@ -42,6 +42,8 @@ def compute_setup(smk) -> str | None:
 
     Every job that calls it (or ``start``) ends when its Snakemake dies (``watch_snakemake``)."""
     watch_snakemake()
+    global JOB
+    JOB = job_record(smk)
     device = getattr(smk.params, "device", None)
     if device is None:
         return None
@@ -60,6 +62,35 @@ def compute_setup(smk) -> str | None:
 
 
 NUMERICS_RECORD: dict | None = None  # set by start() in a compute job: what decided its floats
+JOB: dict | None = None  # set by start() in a workflow job: job_record(snakemake)
+
+
+def job_record(smk) -> dict:
+    """What names a workflow job: its rule, its wildcards, the SHA-256 of the parameters
+    the rule passed it (its slice of the config), and its input and output paths."""
+    import hashlib
+
+    def items(x):
+        try:
+            return dict(x.items())
+        except (AttributeError, TypeError):
+            return {}
+
+    params = json.dumps(items(getattr(smk, "params", None)), sort_keys=True, default=str)
+
+    def paths(x):
+        try:
+            return [os.path.normpath(str(f)) for f in x]
+        except TypeError:
+            return []
+
+    return {
+        "rule": str(getattr(smk, "rule", "?")),
+        "wildcards": {k: str(v) for k, v in items(getattr(smk, "wildcards", None)).items()},
+        "params_sha256": hashlib.sha256(params.encode()).hexdigest(),
+        "inputs": paths(getattr(smk, "input", [])),
+        "outputs": paths(getattr(smk, "output", [])),
+    }
 
 
 def numerics_record() -> dict:
