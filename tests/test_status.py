@@ -469,3 +469,42 @@ def test_the_count_starts_snakemake_without_its_executor_plugins():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "0 ['dryrun', 'local', 'touch'] []", r.stdout
+
+
+NOTHING_LOG = """Assuming unrestricted shared filesystem usage.
+
+SNAKEMAKE
+=========
+  Command: /x/.venv/bin/snakemake -s /x/Snakefile --cores 2 --directory /d -- results/a.csv
+  Config MD5: abc123
+
+Building DAG of jobs...
+Nothing to be done (all requested files are present and up to date).Assuming unrestricted shared filesystem usage.
+"""
+
+
+def test_a_run_with_nothing_to_do_is_finished_not_killed(tmp_path):
+    """Issue 50: a rerun of a finished target ("Nothing to be done", rc 0) writes no closing
+    line; status read it as KILLED."""
+    d = tmp_path / "run"
+    _write(d / ".snakemake/log/2026-11-30T060958.000000.snakemake.log", RUN_LOG + "Complete log(s): x\n", T0)
+    _write(d / ".snakemake/log/2026-11-30T070000.000000.snakemake.log", NOTHING_LOG, T0 + 50)
+    run = status.parse_run_log(NOTHING_LOG)
+    assert run.nothing_to_do and not run.ended and not run.jobs
+    word, lines = status.state(d, now=T0 + 60, processes=None, jobs=None)
+    assert word == "finished" and lines[1].startswith("FINISHED, NOTHING TO DO: the newest run found every")
+    assert "KILLED" not in "\n".join(lines)
+
+
+def test_a_real_run_with_nothing_to_do_is_finished(tmp_path):
+    """The issue's case with Snakemake itself: run a target, run it again (nothing to do),
+    then ask for the status (a one-rule Snakefile: two runs of a second each)."""
+    (tmp_path / "Snakefile").write_text('rule a:\n    output: "a.txt"\n    shell: "echo 1 > {output}"\n')
+    for _ in range(2):
+        r = subprocess.run(
+            [str(G.BIN / "snakemake"), "--cores", "1", "a.txt"], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stderr
+    assert "Nothing to be done" in r.stdout + r.stderr
+    word, lines = status.state(tmp_path, processes=None, jobs=None)
+    assert (word, lines[1].split(":")[0]) == ("finished", "FINISHED, NOTHING TO DO")

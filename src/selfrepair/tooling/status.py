@@ -138,6 +138,9 @@ class RunLog:
     jobs: dict[str, Job] = field(default_factory=dict)
     steps: str = ""  # the last "k of n steps (x%) done"
     ended: bool = False  # the run wrote its closing line ("Complete log(s)")
+    # the run found every requested file present and up to date: it ran no job and ends
+    # its log without the closing line
+    nothing_to_do: bool = False
     failed: bool = False
     killed_on_request: bool = False
     # Snakemake got SIGTERM: it starts no more jobs and exits when its running ones end
@@ -244,6 +247,8 @@ def parse_run_log(text: str, path: Path | None = None) -> RunLog:
             run.steps = m.group(1)
         elif line.startswith("Complete log(s):"):
             run.ended = True
+        elif "Nothing to be done" in line:  # Snakemake writes the next banner on the same line
+            run.nothing_to_do = True
         elif line.startswith("Terminating processes on user request"):
             run.killed_on_request = True
         elif line.startswith("Will exit after finishing currently running jobs"):
@@ -562,6 +567,12 @@ def state(
     elif run.path is None:
         word = "not run"
         head = "NOT RUN: no Snakemake run has executed jobs in this directory (.snakemake/log has no run log)."
+    elif run.nothing_to_do and not run.ended and not run.jobs:
+        word = "finished"
+        head = (
+            "FINISHED, NOTHING TO DO: the newest run found every requested file present and up to date, "
+            "ran no job and holds no lock."
+        )
     elif not run.ended:
         word = "killed"
         head = "KILLED: the newest run stopped without closing its log (and left no lock)."
