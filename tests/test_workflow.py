@@ -494,3 +494,55 @@ def test_cluster_path_submits_polls_and_collects(tiny_run):
     ids = list((d / ".snakemake" / "local-cluster").glob("*.rc"))
     assert ids and all(f.read_text().strip() == "0" for f in ids)
     assert (d / target).read_bytes() == before
+
+
+SEED_MAX = 2**32 - 1  # what torch, numpy's default_rng and a Snakemake wildcard all take
+
+
+def _integers(node, path=""):
+    """(key path, schema) of every integer of a schema, list items and nested objects too."""
+    if isinstance(node, dict):
+        t = node.get("type")
+        if t == "integer" or (isinstance(t, list) and "integer" in t):
+            yield path, node
+        for k, v in (node.get("properties") or {}).items():
+            yield from _integers(v, f"{path}.{k}" if path else k)
+        for k in ("items", "additionalProperties"):
+            if isinstance(node.get(k), dict):
+                yield from _integers(node[k], f"{path}[]")
+
+
+@pytest.mark.parametrize("schema", sorted(p.name for p in (ROOT / "workflow/schemas").glob("*.yaml")))
+def test_every_integer_of_the_schema_has_a_ceiling_and_seeds_are_32_bit(schema):
+    """Issue 50: a number that sizes memory or work, or becomes an RNG seed, is bounded in
+    the schema (an unbounded one crashed in the job: torch's overflow, a 40 TB allocation)."""
+    import yaml
+
+    found = list(_integers(yaml.safe_load((ROOT / "workflow/schemas" / schema).read_text())))
+    assert found
+    assert [p for p, s in found if "maximum" not in s] == []
+    seeds = [(p, s.get("minimum"), s["maximum"]) for p, s in found if "seed" in p.rsplit(".", 1)[-1]]
+    assert all((lo, hi) == (0, SEED_MAX) for _, lo, hi in seeds), seeds
+    if schema != "config.schema.yaml":
+        assert seeds
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        # a Snakemake wildcard's PeriodicWildcardError, no key named
+        ("heroes:\n  seeds: [99999999999999999999]\n", "heroes.seeds.0: 99999999999999999999 is greater than the maximum of 4294967295"),
+        # torch's "Overflow when unpacking long long" in the training log
+        ("gim:\n  seeds: [18446744073709551616]\n", "gim.seeds.0: 18446744073709551616 is greater than the maximum of 4294967295"),
+        ("coax:\n  ioi: {seeds: [-1]}\n", "coax.ioi.seeds.0: -1 is less than the minimum of 0"),
+        # DefaultCPUAllocator: you tried to allocate 40000000000000 bytes
+        ("heroes:\n  scores: {n_eval: 1000000000000}\n", "heroes.scores.n_eval: 1000000000000 is greater than the maximum of 100000"),
+        ("gim:\n  mib: {batch_size: 10000000}\n", "gim.mib.batch_size: 10000000 is greater than the maximum of 65536"),
+    ],
+)  # fmt: skip
+def test_out_of_range_seeds_and_sizes_stop_at_parse_time_naming_the_key(tmp_path, bad, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(bad)
+    r = snakemake("-n", "--directory", str(tmp_path), *configs(f), check=False)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
