@@ -465,3 +465,24 @@ def test_cpu_family_reads_family_and_model_not_model_name(monkeypatch):
     assert numerics.cpu_family() == "26/2"
     monkeypatch.setattr(numerics, "_cpuinfo", lambda key: None)
     assert numerics.cpu_family() == "?"
+
+
+@pytest.mark.parametrize("where", ["SELFREPAIR_CACHE", "HOME"])
+def test_an_unusable_cache_folder_is_named_with_why_and_the_fix(monkeypatch, tmp_path, where):
+    """Issue 50: a cache folder that cannot be made ended in FileExistsError and a traceback
+    that said neither why the folder is needed nor that SELFREPAIR_CACHE picks another."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    if where == "HOME":
+        monkeypatch.delenv("SELFREPAIR_CACHE", raising=False)
+        monkeypatch.setenv("HOME", str(blocker))
+        folder = blocker / ".cache" / "selfrepair"
+    else:
+        monkeypatch.setenv("SELFREPAIR_CACHE", str(blocker / "cache"))
+        folder = blocker / "cache"
+    with pytest.raises(numerics.NumericsError) as err:
+        numerics.ieee_sqrt_library()
+    msg = str(err.value)
+    assert msg.startswith(f"numerics: the cache folder {folder} cannot be used (Not a directory)")
+    assert "the correctly rounded square root, a few lines of C compiled once into that folder" in msg
+    assert "set SELFREPAIR_CACHE to one" in msg and "numerics: native" in msg

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import golden_suite
-from selfrepair.core import runtime
+from selfrepair.core import numerics, runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -546,3 +546,17 @@ def test_out_of_range_seeds_and_sizes_stop_at_parse_time_naming_the_key(tmp_path
     r = snakemake("-n", "--directory", str(tmp_path), *configs(f), check=False)
     assert r.returncode != 0
     assert message in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+
+
+@pytest.mark.skipif(
+    not numerics.can_pin(), reason="numerics exact preloads a compiled library on x86-64 with AVX2 only"
+)
+def test_an_unusable_cache_folder_stops_the_parse_naming_it(tmp_path):
+    """Issue 50: the parse ended in FileExistsError and a seven-frame traceback."""
+    (tmp_path / "a-file").write_text("")
+    env = dict(os.environ, SELFREPAIR_CACHE=str(tmp_path / "a-file" / "cache"))
+    r = snakemake("-n", "--directory", str(tmp_path), *configs(), "--config", "numerics=exact", check=False, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"numerics: the cache folder {tmp_path / 'a-file' / 'cache'} cannot be used" in out, out[-2000:]
+    assert "SELFREPAIR_CACHE" in out and "FileExistsError" not in out and "NotADirectoryError" not in out

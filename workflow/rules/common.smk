@@ -89,7 +89,10 @@ DEVICE = config["device"]
 # environment, which every job inherits (locally and on a cluster node, where the job
 # parses this file again), before any job imports torch. Pinned modes run one thread.
 NUMERICS = config["numerics"]
-_numerics.configure(NUMERICS, config["threads"])
+try:
+    _numerics.configure(NUMERICS, config["threads"])
+except (_numerics.NumericsError, OSError) as _err:  # the cause and the fix, no traceback
+    raise WorkflowError(str(_err)) from None
 COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])
 # resources: gpu=GPU_JOB in every compute rule: 1 when its jobs will use a GPU, so that
 # `--resources gpu=1` serializes them there; 0 on a CPU-only machine even for device auto.

@@ -309,8 +309,17 @@ def _library(kind: str) -> Path:
             "C compiled here, and no C compiler was found (set CC, or install one: apt-get install gcc); "
             "or run numerics: native"
         )
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+    try:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        tmp_dir = tempfile.TemporaryDirectory(dir=lib.parent)
+    except OSError as err:
+        raise NumericsError(
+            f"numerics: the cache folder {lib.parent} cannot be used ({err.strerror or err}): on this "
+            f"{cpu_vendor()} CPU this numerics mode preloads {_LIBRARY_WHAT[kind]}, a few lines of C compiled "
+            "once into that folder. Make it a writable folder, or set SELFREPAIR_CACHE to one "
+            "(SELFREPAIR_CACHE=/some/writable/folder); or run numerics: native"
+        ) from None
+    with tmp_dir as tmp:
         src, out = Path(tmp) / f"{kind}.c", Path(tmp) / lib.name
         src.write_text(_LIBRARY_SOURCE[kind])
         # -fno-math-errno: sqrtf/sqrt become the sqrtss/sqrtsd instructions (no libm call)
