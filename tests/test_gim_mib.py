@@ -265,3 +265,23 @@ def test_mib_processing_folds_grouped_value_biases_by_hand(tmp_path):
             torch.testing.assert_close(vb[i], b_v[h // 2] @ w_o[:, 4 * h : 4 * h + 4].T)
     vb, centre = mib_processing(load_bridge(paths["llama"]), graph)
     assert not centre and (vb == 0).all()
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        # issue 50: an empty file gave "MIB dataset 'ioi': no usable (aligned) pairs"
+        ("test.jsonl", "", "the file is empty: a MIB dataset file holds rows"),
+        ("test.jsonl", "\n\n", "the file is empty: a MIB dataset file holds rows"),
+        ("test.json", "", "the file is empty: a MIB dataset file holds rows"),
+        ("test.json", "[]", "the file is empty (it holds no rows)"),
+    ],
+)
+def test_an_empty_dataset_file_is_named_as_empty(tmp_path, name, content, message):
+    _datasets(tmp_path)
+    (tmp_path / "ioi" / "test.jsonl").unlink()
+    f = tmp_path / "ioi" / name
+    f.write_text(content)
+    with pytest.raises(mib.DatasetRowError, match=re.escape(f"{f}: {message}")) as err:
+        mib.read_rows(tmp_path / "ioi")
+    assert "Copy the dataset's files again" in str(err.value)

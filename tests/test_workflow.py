@@ -156,6 +156,37 @@ def test_check_config_names_a_configfile_snakemake_cannot_read(tmp_path):
     assert f"invalid config: {tmp_path / 'gone.yaml'}: no such config file" in r.stderr
 
 
+def test_an_empty_config_file_is_named_as_empty(tmp_path):
+    """Issue 50: Snakemake's "Config file must be given as JSON or YAML" names no file.
+    `make check-config` names an empty --configfile; the Snakefile an empty config/config.yaml."""
+    from selfrepair.tooling.config_files import yaml_problem
+
+    empty, comments, listed = tmp_path / "empty.yaml", tmp_path / "comments.yaml", tmp_path / "list.yaml"
+    empty.write_text("")
+    comments.write_text("# gim:\n#   n_eval: 20\n")
+    listed.write_text("- device: cpu\n")
+    for f in (empty, comments):
+        assert yaml_problem(f) == (
+            f"{f}: the config file is empty (no keys, or comments only): give it the keys to set "
+            "(e.g. device: cpu), or leave it off the command line"
+        )
+    assert (
+        yaml_problem(listed)
+        == f"{listed}: holds a list, not keys at its top level (key: value lines, e.g. device: cpu)"
+    )
+    r = subprocess.run(
+        ["make", "check-config", f"SNAKEMAKE_ARGS=--configfile config/config.yaml {empty}"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert f"invalid config: {empty}: the config file is empty" in r.stderr
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("")
+    r = snakemake("-n", "--directory", str(tmp_path), check=False)
+    assert r.returncode != 0
+    assert f"{tmp_path / 'config' / 'config.yaml'}: the config file is empty" in r.stdout + r.stderr
+
+
 def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
     """The gpu profile lets several compute jobs share the one GPU (a slot count above 1,
     every compute job asking for one slot) and fits a 16-core host; checked by a dry run

@@ -78,6 +78,11 @@ def read_rows(folder: Path, split: str | None = None) -> pd.DataFrame:
         raise DatasetNotFound(f"no *.parquet / *.jsonl / *.json files in {folder}")
     frames = []
     for p in files:
+        if p.suffix != ".parquet" and not p.read_bytes().strip():
+            raise DatasetRowError(
+                f"{p}: the file is empty: a MIB dataset file holds rows of its dataset's fields. "
+                "Copy the dataset's files again (or remove this one)"
+            )
         try:
             if p.suffix == ".parquet":
                 frame = pd.read_parquet(p)
@@ -88,6 +93,11 @@ def read_rows(folder: Path, split: str | None = None) -> pd.DataFrame:
                 frame = pd.DataFrame(data if isinstance(data, list) else data.get("data", []))
         except Exception as err:  # pyarrow, pandas and json raise several types for a damaged file
             raise DatasetRowError(f"{p}: cannot be read as a MIB dataset file: {err}") from err
+        if frame.empty:
+            raise DatasetRowError(
+                f"{p}: the file is empty (it holds no rows): a MIB dataset file holds rows of its dataset's "
+                "fields. Copy the dataset's files again (or remove this one)"
+            )
         frames.append(frame.assign(**{ROW_FILE: str(p), ROW_INDEX: range(len(frame))}))
     return pd.concat(frames, ignore_index=True)
 

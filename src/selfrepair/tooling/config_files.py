@@ -29,7 +29,7 @@ def yaml_problem(path: Path) -> str | None:
     if not path.is_file():
         return f"{path}: no such config file" + (" (a directory)" if path.is_dir() else "")
     try:
-        yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)  # syntax only
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)  # syntax only
     except UnicodeDecodeError as e:
         return f"{path.resolve()}: not a text file ({e.reason} at byte {e.start})"
     except yaml.MarkedYAMLError as e:
@@ -39,6 +39,14 @@ def yaml_problem(path: Path) -> str | None:
         )
     except yaml.YAMLError as e:
         return f"{path.resolve()}: not valid YAML: {e}"
+    if node is None:  # Snakemake: "Config file must be given as JSON or YAML", naming no file
+        return (
+            f"{path.resolve()}: the config file is empty (no keys, or comments only): give it the keys to set "
+            "(e.g. device: cpu), or leave it off the command line"
+        )
+    if not isinstance(node, yaml.MappingNode):
+        kind = "a list" if isinstance(node, yaml.SequenceNode) else f"the single value {node.value!r}"
+        return f"{path.resolve()}: holds {kind}, not keys at its top level (key: value lines, e.g. device: cpu)"
     return None
 
 
