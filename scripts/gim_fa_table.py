@@ -3,6 +3,9 @@
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+from selfrepair.core import runtime  # noqa: E402
+
+runtime.track(snakemake)  # noqa: F821  its outputs' records
 import pandas as pd  # noqa: E402
 
 from selfrepair.gim.feature_attribution import summarize  # noqa: E402

@@ -3,6 +3,10 @@
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+from selfrepair.core import runtime  # noqa: E402
+
+runtime.track(snakemake)  # noqa: F821  its outputs' records
+runtime.check_inputs(snakemake)  # noqa: F821  each table it reads is what its rule wrote (issue 50)
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")

@@ -6,6 +6,9 @@ EAP-GP - GIM); IFR's range over MIB's tie orders; the curves
 import sys
 
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+from selfrepair.core import runtime  # noqa: E402
+
+runtime.track(snakemake)  # noqa: F821  its outputs' records
 import pandas as pd  # noqa: E402
 
 from selfrepair.gim.localization import TIE_COLUMNS, localization_summary  # noqa: E402

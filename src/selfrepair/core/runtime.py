@@ -42,8 +42,7 @@ def compute_setup(smk) -> str | None:
 
     Every job that calls it (or ``start``) ends when its Snakemake dies (``watch_snakemake``)."""
     watch_snakemake()
-    global JOB
-    JOB = job_record(smk)
+    track(smk)
     device = getattr(smk.params, "device", None)
     if device is None:
         return None
@@ -63,6 +62,100 @@ def compute_setup(smk) -> str | None:
 
 NUMERICS_RECORD: dict | None = None  # set by start() in a compute job: what decided its floats
 JOB: dict | None = None  # set by start() in a workflow job: job_record(snakemake)
+# Where a job records what it wrote: one JSON per output, named by the output's path,
+# under the working directory (the results tree holds the outputs only).
+RECORDS = Path(".selfrepair") / "records"
+_TRACKED = False
+_FAILED = False
+
+
+class TableChanged(RuntimeError):
+    """An input of a published-claims or figure rule is not what its rule wrote."""
+
+
+def track(smk) -> dict:
+    """Name this job (``JOB``) and, in a job Snakemake launched, record each of its outputs
+    when it ends without an error: the rule, wildcards and parameters' SHA-256 that wrote
+    it, and its content's SHA-256 (:func:`check_inputs` reads them). Once per process."""
+    global JOB, _TRACKED
+    JOB = job_record(smk)
+    if not _TRACKED and _launched_from_snakemake_scripts():
+        import atexit
+
+        _TRACKED = True
+        hook = sys.excepthook
+
+        def failed(*exc):
+            global _FAILED
+            _FAILED = True
+            hook(*exc)
+
+        sys.excepthook = failed
+        atexit.register(lambda: None if _FAILED else write_records(JOB))
+    return JOB
+
+
+def content_sha256(path) -> str:
+    """A file's SHA-256; a folder's: the SHA-256 of its files' relative paths and digests."""
+    import hashlib
+
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(q for q in path.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def record_path(output) -> Path | None:
+    """Where the record of ``output`` lives (None: an output outside the working directory)."""
+    rel = os.path.normpath(os.path.relpath(os.path.abspath(str(output))))
+    if rel.startswith(".."):
+        return None
+    return RECORDS / (rel + ".json")
+
+
+def write_records(job: dict | None) -> None:
+    """The record of each output of ``job`` that exists (see :func:`track`)."""
+    for out in (job or {}).get("outputs", []):
+        rec = record_path(out)
+        if rec is None or not Path(out).exists():
+            continue
+        entry = {k: job[k] for k in ("rule", "wildcards", "params_sha256")}
+        write_json(rec, {"file": out, **entry, "sha256": content_sha256(out)})
+
+
+def check_inputs(smk, under: str = "results") -> list[str]:
+    """Refuse (TableChanged, naming the file and the fix) an input under ``under`` whose
+    content differs from what its rule wrote (its record), or that has no record (not
+    written by a rule of this workflow in this folder). Returns one line per checked input,
+    for the job's log. What the published claims and the figures call before reading."""
+    lines = []
+    for inp in map(str, smk.input):
+        rel = os.path.normpath(os.path.relpath(os.path.abspath(inp)))
+        if rel.split(os.sep)[0] != under or not Path(inp).exists():
+            continue
+        rec = record_path(inp)
+        if rec is None or not rec.is_file():
+            raise TableChanged(
+                f"{inp} has no record of the rule that wrote it ({rec}): it was not written by this "
+                "workflow's rule in this folder (put there by hand or copied?), so the verdicts and figures "
+                f"made from it cannot be trusted. Delete {inp} and rerun snakemake: its rule writes it again"
+            )
+        want = read_json(rec)
+        now = content_sha256(inp)
+        if now != want.get("sha256"):
+            rule = want.get("rule", "?")
+            raise TableChanged(
+                f"{inp} changed since rule {rule} wrote it (sha256 {want.get('sha256')} recorded in {rec}, "
+                f"{now} now): a table that feeds a published verdict or a figure must be what its rule wrote. "
+                f"Undo the edit, or rerun its rule: snakemake --forcerun {rule} (the rules that read it rerun too)"
+            )
+        lines.append(f"checked {inp}: sha256 {now[:16]} as rule {want.get('rule')} wrote it")
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    return lines
 
 
 def job_record(smk) -> dict:

@@ -1,0 +1,114 @@
+"""Issue 50, item 3: a table that feeds a published verdict or a figure is what its rule
+wrote. Each job records what it wrote (rule, wildcards, parameters' and content's
+SHA-256, under .selfrepair/records/); the published-claims and figure rules check their
+inputs against the records and stop, naming the file and the fix, on a table edited by
+hand (the issue: an edited rho.csv became "reproduced, 2 kept seeds of 2")."""
+
+import json
+import os
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from selfrepair.core import runtime
+
+
+class _Named(list):
+    def __init__(self, **named):
+        super().__init__(named.values())
+        self._named = named
+
+    def items(self):
+        return self._named.items()
+
+
+def _smk(rule, inputs=(), outputs=()):
+    return SimpleNamespace(
+        rule=rule,
+        wildcards=_Named(),
+        params=_Named(threshold=6),
+        input=_Named(**{f"i{k}": v for k, v in enumerate(inputs)}),
+        output=_Named(**{f"o{k}": v for k, v in enumerate(outputs)}),
+    )
+
+
+@pytest.fixture
+def written(tmp_path, monkeypatch):
+    """results/heroes/tables/rho.csv and a folder output, written and recorded by their rules."""
+    monkeypatch.chdir(tmp_path)
+    t = tmp_path / "results/heroes/tables"
+    t.mkdir(parents=True)
+    (t / "rho.csv").write_text("task,n_kept,rho\nreverse,0,\n")
+    (t / "real").mkdir()
+    (t / "real/a.csv").write_text("x\n1\n")
+    runtime.write_records(runtime.job_record(_smk("heroes_tables", outputs=["results/heroes/tables/rho.csv"])))
+    runtime.write_records(runtime.job_record(_smk("coax_real", outputs=["results/heroes/tables/real"])))
+    return _smk(
+        "heroes_published",
+        inputs=["config/published.yaml", "results/heroes/tables/rho.csv", "results/heroes/tables/real"],
+    )
+
+
+def test_the_record_names_the_rule_and_the_content(written, tmp_path):
+    rec = json.loads((tmp_path / ".selfrepair/records/results/heroes/tables/rho.csv.json").read_text())
+    assert rec["rule"] == "heroes_tables" and rec["file"] == "results/heroes/tables/rho.csv"
+    assert rec["sha256"] == runtime.sha256_file(tmp_path / "results/heroes/tables/rho.csv")
+    assert re.fullmatch("[0-9a-f]{64}", rec["params_sha256"])
+
+
+def test_unchanged_inputs_pass_and_are_listed(written):
+    lines = runtime.check_inputs(written)
+    assert [line.split(":")[0] for line in lines] == [
+        "checked results/heroes/tables/rho.csv",
+        "checked results/heroes/tables/real",
+    ]  # config/published.yaml is the user's: not a rule's output
+    assert "as rule heroes_tables wrote it" in lines[0]
+
+
+def test_a_hand_edited_table_stops_the_verdict_naming_file_and_fix(written, tmp_path):
+    f = tmp_path / "results/heroes/tables/rho.csv"
+    f.write_text("task,n_kept,rho\nreverse,2,0.72\n")  # the issue's edit
+    with pytest.raises(runtime.TableChanged) as err:
+        runtime.check_inputs(written)
+    msg = str(err.value)
+    assert msg.startswith("results/heroes/tables/rho.csv changed since rule heroes_tables wrote it (sha256 ")
+    assert "Undo the edit, or rerun its rule: snakemake --forcerun heroes_tables" in msg
+
+
+def test_a_file_edited_in_a_folder_input_stops_too(written, tmp_path):
+    (tmp_path / "results/heroes/tables/real/a.csv").write_text("x\n2\n")
+    with pytest.raises(
+        runtime.TableChanged, match=re.escape("results/heroes/tables/real changed since rule coax_real")
+    ):
+        runtime.check_inputs(written)
+
+
+def test_a_table_without_a_record_stops_with_the_fix(written, tmp_path):
+    os.remove(tmp_path / ".selfrepair/records/results/heroes/tables/rho.csv.json")
+    with pytest.raises(runtime.TableChanged) as err:
+        runtime.check_inputs(written)
+    msg = str(err.value)
+    assert msg.startswith("results/heroes/tables/rho.csv has no record of the rule that wrote it")
+    assert "Delete results/heroes/tables/rho.csv and rerun snakemake" in msg
+
+
+def test_the_curves_a_figure_draws_are_checked_in_a_real_run(tmp_path):
+    """End to end on the tiny config (paper C's faithfulness figure): the run records its
+    tables; curves.csv edited by hand stops the redrawn figure (it was redrawn silently)."""
+    import golden_suite as G
+
+    d = G.prepare(tmp_path)
+    fig, curves = "results/gim/figures/faithfulness.png", "results/gim/tables/curves.csv"
+    args = ("--cores", "2", *G.tiny_args(d, paper="gim"))
+    G.snakemake(*args, "--", fig)
+    rec = json.loads((d / ".selfrepair/records" / (curves + ".json")).read_text())
+    assert rec["rule"] == "gim_tables" and rec["sha256"] == runtime.sha256_file(d / curves)
+    assert f"checked {curves}: sha256 " in (d / "logs/gim/faithfulness_figure.log").read_text()
+    f = d / curves
+    f.write_text(f.read_text().replace("0.", "0.9", 1))
+    r = G.snakemake(*args, "--", fig, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-2000:]
+    assert f"TableChanged: {curves} changed since rule gim_tables wrote it" in out, out[-3000:]
+    assert "snakemake --forcerun gim_tables" in out
