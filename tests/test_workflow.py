@@ -591,3 +591,23 @@ def test_an_unusable_cache_folder_stops_the_parse_naming_it(tmp_path):
     assert r.returncode != 0
     assert f"numerics: the cache folder {tmp_path / 'a-file' / 'cache'} cannot be used" in out, out[-2000:]
     assert "SELFREPAIR_CACHE" in out and "FileExistsError" not in out and "NotADirectoryError" not in out
+
+
+def test_a_touched_script_reruns_its_rule_unless_script_times_are_ignored(tmp_path):
+    """What docs/INTEGRITY.md says of Snakemake's code trigger (a touched script reran the
+    whole of paper A): a script newer than the outputs reruns its rule with its content
+    unchanged; the documented --rerun-triggers without `code` plans nothing."""
+    (tmp_path / "Snakefile").write_text('rule a:\n    output: "a.txt"\n    script: "s.py"\n')
+    (tmp_path / "s.py").write_text('open(snakemake.output[0], "w").write("1")\n')
+    sm = [str(BIN / "snakemake"), "--cores", "1"]
+    subprocess.run([*sm, "a.txt"], cwd=tmp_path, check=True, capture_output=True)
+    later = (tmp_path / "a.txt").stat().st_mtime + 5
+    os.utime(tmp_path / "s.py", (later, later))  # touched, content unchanged
+    r = subprocess.run([*sm, "-n", "a.txt"], cwd=tmp_path, capture_output=True, text=True)
+    assert "reason: Code has changed since last execution" in r.stdout + r.stderr
+    triggers = ["--rerun-triggers", "mtime", "params", "input", "software-env", "--"]
+    r = subprocess.run([*sm, "-n", *triggers, "a.txt"], cwd=tmp_path, capture_output=True, text=True)
+    assert "Nothing to be done" in r.stdout + r.stderr
+    assert "--rerun-triggers mtime params input software-env" in (ROOT / "docs/INTEGRITY.md").read_text().replace(
+        "\n", " "
+    )
