@@ -91,7 +91,8 @@ DEVICE = config["device"]
 NUMERICS = config["numerics"]
 try:
     _numerics.configure(NUMERICS, config["threads"])
-except (_numerics.NumericsError, OSError) as _err:  # the cause and the fix, no traceback
+except (_numerics.NumericsError, OSError) as _err:
+    # the cause and the fix, without a traceback
     raise WorkflowError(str(_err)) from None
 COMPUTE_THREADS = _numerics.job_threads(NUMERICS, config["threads"])
 # resources: gpu=GPU_JOB in every compute rule: 1 when its jobs will use a GPU, so that
