@@ -165,3 +165,15 @@ def test_workflow_stops_on_a_seed_linked_to_another_seeds_model(tmp_path):
     assert r.returncode != 0 and not (d / target).exists()
     assert f"ModelElsewhere: model folder {m1} is not this folder's model" in out, out[-3000:]
     assert f"made it for {m0}" in out
+
+
+def test_a_copy_loaded_by_hand_outside_the_workflow_is_named_not_refused(two_seeds, tmp_path, caplog):
+    """A user who copies a trained model elsewhere and loads it in a notebook gets it, with
+    a warning naming both folders; in a workflow job the same load stops (above)."""
+    import shutil
+
+    shutil.copytree(two_seeds / "seed0/model", tmp_path / "mine")
+    with caplog.at_level("WARNING"):
+        models.load_hf(tmp_path / "mine")
+    assert f"model folder {tmp_path / 'mine'} is not this folder's model" in caplog.text
+    assert "made it for results/gim/arithmetic/tiny/seed0/model" in caplog.text

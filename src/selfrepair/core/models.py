@@ -260,7 +260,8 @@ def _is_job_input(folder: Path) -> bool:
 
 def check_provenance(folder: str | Path, required: bool | None = None) -> None:
     """Raise ModelElsewhere when the folder's record names another folder (the model that
-    rule R made for folder F is not this folder's), and NoRecord when ``required`` (by
+    rule R made for folder F is not this folder's; outside a workflow job, a warning: a
+    copy loaded by hand on purpose), and NoRecord when ``required`` (by
     default: when ``folder`` is an input of the running workflow job, so a folder another
     rule wrote) and the folder has no record of its files' hashes.
 
@@ -280,10 +281,20 @@ def check_provenance(folder: str | Path, required: bool | None = None) -> None:
         ok = here == want if want.is_absolute() else here.parts[-n:] == want.parts
         if not ok:
             wc = ", ".join(f"{k}={v}" for k, v in sorted((made.get("wildcards") or {}).items()))
-            raise ModelElsewhere(
+            what = (
                 f"model folder {folder} is not this folder's model: its selfrepair.json says rule "
-                f"{made.get('rule')} ({wc}) made it for {want} (a symlink or a copy of another model?). "
-                f"Delete {folder} and rerun snakemake (or rerun with --forcerun {made.get('rule')}) to make its own"
+                f"{made.get('rule')} ({wc}) made it for {want} (a symlink or a copy of another model?)"
+            )
+            from selfrepair.core import runtime
+
+            if runtime.JOB is None:  # loaded by hand (a notebook, a copy kept on purpose): said, not refused
+                import logging
+
+                logging.getLogger(__name__).warning("%s; loading it as asked", what)
+                return
+            raise ModelElsewhere(
+                f"{what}. Delete {folder} and rerun snakemake (or rerun with --forcerun {made.get('rule')}) "
+                "to make its own"
             )
     elif required and FILES_KEY not in meta and WEIGHTS_KEY not in meta:
         what = (
