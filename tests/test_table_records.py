@@ -76,6 +76,13 @@ def test_a_hand_edited_table_stops_the_verdict_naming_file_and_fix(written, tmp_
     assert "Undo the edit, or rerun its rule: snakemake --forcerun heroes_tables" in msg
 
 
+def test_snakemakes_timestamp_in_a_folder_output_is_not_content(written, tmp_path):
+    """Snakemake writes .snakemake_timestamp into a directory() output after its job ended
+    (after the record): the folder is still what its rule wrote."""
+    (tmp_path / "results/heroes/tables/real/.snakemake_timestamp").write_text("")
+    runtime.check_inputs(written)
+
+
 def test_a_file_edited_in_a_folder_input_stops_too(written, tmp_path):
     (tmp_path / "results/heroes/tables/real/a.csv").write_text("x\n2\n")
     with pytest.raises(

@@ -96,14 +96,15 @@ def track(smk) -> dict:
 
 
 def content_sha256(path) -> str:
-    """A file's SHA-256; a folder's: the SHA-256 of its files' relative paths and digests."""
+    """A file's SHA-256; a folder's: the SHA-256 of its files' relative paths and digests
+    (less the ``.snakemake_timestamp`` Snakemake puts in a ``directory()`` output after its job)."""
     import hashlib
 
     path = Path(path)
     if not path.is_dir():
         return sha256_file(path)
     h = hashlib.sha256()
-    for f in sorted(q for q in path.rglob("*") if q.is_file()):
+    for f in sorted(q for q in path.rglob("*") if q.is_file() and q.name != ".snakemake_timestamp"):
         h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
 
