@@ -59,20 +59,16 @@ def write_vendor_rows(hashes: dict[str, str], papers, replace_others: bool) -> N
     """This CPU vendor's rows of vendor_checkpoints.csv for ``papers`` (other papers' rows
     stay; other vendors' rows of those papers go when ``replace_others``)."""
     f, vendor = G.VENDOR_CHECKPOINTS, numerics.cpu_vendor()
-    rows = pd.read_csv(f) if f.exists() else pd.DataFrame(columns=G.VENDOR_COLUMNS)
-    ours = rows["model"].map(G.paper_of).isin(papers)
-    drop = ours if replace_others else ours & (rows["cpu_vendor"] == vendor)
+    rows = pd.read_csv(f, dtype=str) if f.exists() else pd.DataFrame(columns=G.VENDOR_COLUMNS)
     source = f"{numerics.cpu_model()}, {G.TRAIN_NUMERICS} mode, {time.strftime('%Y-%m-%d')}"
-    new = pd.DataFrame([{"model": m, "cpu_vendor": vendor, "sha256": h, "source": source} for m, h in hashes.items()])
-    out = pd.concat([rows[~drop], new])[G.VENDOR_COLUMNS].sort_values(["model", "cpu_vendor"])
-    out.to_csv(f, index=False)
-    print(f"{len(new)} {vendor} rows written to {f}")
+    G.with_vendor_rows(rows, hashes, vendor, source, papers, replace_others).to_csv(f, index=False)
+    print(f"{len(hashes)} {vendor} rows written to {f}")
 
 
 def vendor_hashes(d: Path, paper: str) -> dict[str, str]:
     G.snakemake("--cores", "2", *G.tiny_args(G.prepare(d), paper=paper), f"numerics={G.TRAIN_NUMERICS}",
                 "--until", *G.TRAIN_RULES[paper])  # fmt: skip
-    return G.weight_hashes(d / "results", (paper,))
+    return G.trained_hashes(d, (paper,))
 
 
 def reach(d: Path) -> None:
