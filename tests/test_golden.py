@@ -98,6 +98,9 @@ def test_vendor_rows_of_two_papers_written_in_one_call_read_back_through_golden_
     assert G.vendor_hashes(numerics.cpu_vendor()) == {m: hashlib.sha256(b).hexdigest() for m, b in weights.items()}
     assert G.vendor_hashes(other) == dict(zip(before["model"], before["sha256"]))
     assert {G.paper_of(m) for m in G.vendor_rows()["model"]} == {"heroes", "coax", "gim"}
+    cpu = f"{numerics.cpu_model()} (family {numerics.cpu_family().replace('/', ' model ')}), fast mode, "
+    rows = G.vendor_rows()
+    assert rows[rows["cpu_vendor"] == numerics.cpu_vendor()]["source"].str.startswith(cpu).all()
     # keys as the broken writer had them are refused, naming the form
     with pytest.raises(ValueError, match="results/<paper>"):
         G.with_vendor_rows(before, {"heroes/sort/seed42": "0" * 64}, "x", "y", ("heroes",), replace_others=False)
