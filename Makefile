@@ -98,9 +98,9 @@ reference: env
 # Retrain reference models and compare their bits with results/reference/models.csv:
 #   make verify MODEL=results/heroes/sort/seed42        (one model; minutes)
 #   make verify MODEL='results/coax/ioi/*'              (every model matching a pattern)
-# It says first whether this machine should get the same bits, and why (fast: any x86-64
-# CPU with AVX2, as the committed fingerprints of both vendors show; exact: a CPU of the
-# reference's vendor; native: that machine only).
+# It says first whether this machine should get the same bits, and why (fast and exact:
+# any x86-64 CPU with AVX2, as the committed fingerprints of both vendors show; native:
+# that machine only).
 MODEL ?=
 verify: env
 	@test -n "$(MODEL)" || { echo "make verify needs MODEL=<model folder or pattern>, e.g. MODEL=results/heroes/sort/seed42 (see results/reference/models.csv)"; exit 2; }

@@ -7,7 +7,7 @@ mean ablation of every component over n OOD-length sequences), then the training
 steps/s of paper B's toy IOI model and of paper C's l2h4 model. The modes are run in
 turns, `--repeats` times, and the ratios are of the medians. Setups:
 
-    exact           AVX2 kernels, MKL COMPATIBLE, 1 thread (same bits within one vendor)
+    exact           AVX2 kernels, MKL COMPATIBLE, IEEE sqrt, 1 thread (same bits on Intel and AMD)
     fast            AVX2 kernels, MKL AVX2 branch dispatching as on Intel, 1 thread (same bits on Intel and AMD)
     fast-own-vendor the fast pins with MKL's own vendor dispatch (only on a CPU that is not
                     an Intel one: what fast cost there before MKL's vendor override)
@@ -19,7 +19,7 @@ results/reference/runtime.csv (measured under fast) times the ratio that fits it
 (training parts: that paper's training ratio; every other step: paper A's scoring
 ratio), written to --projection, for the one-thread setups (whose CPU seconds are their
 wall seconds; --project-only redoes it from an existing --out). The default mode follows from it (README "Numerics":
-the vendor-neutral mode, fast, unless it costs over 1.3x the cheapest pinned setup on the full run).
+both pinned modes give the same bits on Intel and AMD, and the cheaper, fast, is the default).
 
     .venv/bin/python benchmarks/bench_numerics.py [--steps 150] [--n 500] [--repeats 3]
         [--threads 2] [--out results/benchmarks/numerics.csv]

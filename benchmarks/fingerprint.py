@@ -40,6 +40,11 @@ elsewhere; files written before that have no such preset, and say nothing of the
     .venv/bin/python benchmarks/fingerprint.py --trace --preset fast --out trace.json
     .venv/bin/python benchmarks/fingerprint.py --compare-trace trace.json benchmarks/fingerprints/*-trace-gpt2-fast.json
     make fingerprint                                                      # all of these
+    .venv/bin/python benchmarks/fingerprint.py --presets exact,fast --emulate sse4_2 --out lesser.json
+
+``--emulate avx|sse4_2`` caps every library at a lesser CPU's instruction set (ATen's DEFAULT
+kernels, MKL and oneDNN at AVX or SSE4.2): what a CPU without AVX2 computes under the modes'
+pins, to compare with the committed files.
 
 A comparison prints, per file and preset present in both, SAME or the ops that differ.
 ``benchmarks/fingerprints/`` holds the committed files, each with its CPU and provenance.
@@ -76,6 +81,14 @@ PRESETS = {
 MODE_PRESET = {"exact": "compatible", "fast": "avx2-strict"}
 for _mode, _preset in MODE_PRESET.items():
     assert numerics.MODE_PINS[_mode]["MKL_CBWR"] == PRESETS[_preset]["MKL_CBWR"], _mode
+# Lesser CPUs emulated on this one (--emulate): each library capped at what such a CPU has,
+# over the preset's pins. ATen's kernels below AVX2 are its DEFAULT build; MKL and oneDNN
+# take their own names for the instruction sets. A CPU without AVX2 runs neither mode's
+# pinned kernels (numerics.can_pin): these show what its libraries then compute.
+EMULATED_CPUS = {
+    "avx": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"},
+    "sse4_2": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
 # Library variables the child must not inherit from this shell (the preset sets its own).
 CLEARED = ("MKL_", "ATEN_", "ONEDNN_", "OMP_", "NPY_")
 
@@ -295,10 +308,11 @@ def check_preset(name: str) -> str:
     return name
 
 
-def _child_env(name: str) -> dict:
+def _child_env(name: str, emulate: str | None = None) -> dict:
     base, dispatch, sqrt = parse_preset(name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED)}
     env.update(PRESETS[base])
+    env.update(EMULATED_CPUS[emulate] if emulate else {})
     preload = [x for x in env.get("LD_PRELOAD", "").split() if not numerics.is_override_library(x)]
     preload[:0] = ([str(numerics.intel_dispatch_library())] if dispatch else []) + (
         [str(numerics.ieee_sqrt_library())] if sqrt else []
@@ -309,22 +323,25 @@ def _child_env(name: str) -> dict:
     return env
 
 
-def run_preset(name: str, ops_only: bool) -> dict:
+def run_preset(name: str, ops_only: bool, emulate: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child"] + (["--ops-only"] if ops_only else [])
-    r = subprocess.run(cmd, env=_child_env(name), capture_output=True, text=True)
+    r = subprocess.run(cmd, env=_child_env(name, emulate), capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"fingerprint preset {name} failed:\n{r.stderr[-3000:]}")
     base, dispatch, sqrt = parse_preset(name)
-    rec = {"env": PRESETS[base], **json.loads(r.stdout.strip().splitlines()[-1])}
+    rec = {"env": {**PRESETS[base], **(EMULATED_CPUS[emulate] if emulate else {})},
+           **json.loads(r.stdout.strip().splitlines()[-1])}  # fmt: skip
     rec["mkl_intel_dispatch"], rec["ieee_sqrt"] = dispatch, sqrt
     return rec
 
 
-def fingerprint(presets: list[str], ops_only: bool = False) -> dict:
+def fingerprint(presets: list[str], ops_only: bool = False, emulate: str | None = None) -> dict:
     res = {"cpu": numerics.cpu_model(), "cpu_vendor": numerics.cpu_vendor(),
            "date": time.strftime("%Y-%m-%d"), "presets": {}}  # fmt: skip
+    if emulate:
+        res["cpu"] += f" emulating a CPU with at most {emulate.upper()} ({EMULATED_CPUS[emulate]})"
     for p in map(check_preset, presets):
-        res["presets"][p] = run_preset(p, ops_only)
+        res["presets"][p] = run_preset(p, ops_only, emulate)
         print(f"{p}: {res['presets'][p]['meta']}", file=sys.stderr)
     return res
 
@@ -389,9 +406,36 @@ def cross_vendor(files: list[dict], mode: str) -> dict:
     return {"vendors": sorted(vendors), "ops": verdict, "training_same": training}
 
 
+def disagreements(files: dict[str, dict], mode: str) -> tuple[list[str], set[str]]:
+    """Every pair of fingerprints ({name: file}) that ran ``mode`` (each as its vendor runs
+    it) and differ on an op both measured, as 'a vs b: ops'; and the vendors that ran it."""
+    ran = {n: f["presets"][mode_preset(mode, f.get("cpu_vendor", "?"))]["ops"] for n, f in files.items()
+           if mode_preset(mode, f.get("cpu_vendor", "?")) in f.get("presets", {})}  # fmt: skip
+    names, out = sorted(ran), []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if differ := [k for k in ran[a] if k in ran[b] and ran[a][k] != ran[b][k]]:
+                out.append(f"{a} vs {b}: {', '.join(differ)}")
+    return out, {files[n].get("cpu_vendor", "?") for n in ran}
+
+
+def trace_disagreements(traces: dict[str, dict], mode: str) -> tuple[list[str], set[str]]:
+    """The same for operation traces ({name: trace}) of ``mode``, per target: every pair
+    whose comparison is not SAME, with its first difference; and the vendors that traced it."""
+    ran = {n: t for n, t in traces.items() if t.get("cpu_vendor") and t["preset"] == mode_preset(mode, t["cpu_vendor"])}
+    names, out = sorted(ran), []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if ran[a].get("target", "gpt2") == ran[b].get("target", "gpt2"):
+                text = compare_traces(ran[a], ran[b])
+                if "\n  SAME: " not in text:
+                    out.append(f"{a} vs {b}: {text}")
+    return out, {t["cpu_vendor"] for t in ran.values()}
+
+
 def report(mine: dict, files: list[Path]) -> tuple[str, bool]:
-    """The comparison as text, and whether the fast mode (the vendor-neutral one) agreed
-    with every file."""
+    """The comparison as text, and whether both pinned modes (each promising the same bits
+    on Intel and AMD) agreed with every file that ran them."""
     lines, all_same = [], True
     for f in files:
         other = json.loads(Path(f).read_text())
@@ -403,7 +447,7 @@ def report(mine: dict, files: list[Path]) -> tuple[str, bool]:
             label = f"mode {row['mode']}: {row['preset']}" if row["mode"] else row["preset"]
             verdict = f"SAME ({row['ops']} ops)" if not row["differ"] else "differs: " + ", ".join(row["differ"])
             lines.append(f"  {label:54s} {verdict}")
-            if row["mode"] == "fast" and row["differ"]:
+            if row["mode"] and row["differ"]:
                 all_same = False
     return "\n".join(lines), all_same
 
@@ -596,6 +640,8 @@ def main() -> None:
     )
     ap.add_argument("--mkl-intel-dispatch", action="store_true",
                     help="every preset named with MKL's vendor override (presets <name>+intel-dispatch; needs cc)")  # fmt: skip
+    ap.add_argument("--emulate", choices=sorted(EMULATED_CPUS),
+                    help="cap every library at a lesser CPU's instruction set (a CPU without AVX2)")  # fmt: skip
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-trace", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -619,6 +665,8 @@ def main() -> None:
             print(f"{Path(f).name}: {compare_traces(mine, json.loads(Path(f).read_text()))}")
         return
     vendor = numerics.cpu_vendor()
+    if a.trace and a.emulate:
+        ap.error("--emulate applies to fingerprints, not to --trace")
     if a.trace:
         name = mode_preset(a.preset, vendor) if a.preset in MODE_PRESET else a.preset
         base, dispatch, sqrt = parse_preset(name)
@@ -630,7 +678,7 @@ def main() -> None:
         names = [mode_preset(p, vendor) if p in MODE_PRESET else p for p in names]
         if a.mkl_intel_dispatch:
             names = list(dict.fromkeys(preset_name(b, True, q) for b, _, q in map(parse_preset, names)))
-        res = fingerprint(names, a.ops_only)
+        res = fingerprint(names, a.ops_only, a.emulate)
     s = json.dumps(res, indent=None if a.trace else 1)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

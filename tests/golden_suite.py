@@ -123,7 +123,36 @@ VENDOR_COLUMNS = ["model", "cpu_vendor", "sha256", "source"]
 def vendor_rows():
     import pandas as pd
 
-    return pd.read_csv(VENDOR_CHECKPOINTS)
+    return pd.read_csv(VENDOR_CHECKPOINTS, dtype=str)  # a SHA-256 of digits stays a string
+
+
+def trained_hashes(d: Path, papers=PAPERS) -> dict[str, str]:
+    """{model: SHA-256} of the models a run in ``d`` trained, keyed as checkpoints.csv and
+    vendor_checkpoints.csv key them (``results/<paper>/...``, relative to ``d``)."""
+    return {str(Path("results") / m): h for m, h in weight_hashes(d / "results", papers).items()}
+
+
+def with_vendor_rows(rows, hashes: dict[str, str], vendor: str, source: str, papers, replace_others: bool):
+    """vendor_checkpoints.csv's ``rows`` (a DataFrame) with ``vendor``'s rows of ``papers``
+    replaced by ``hashes`` ({model: SHA-256}, every model one of those papers'); the other
+    papers' rows stay, and so do the other vendors' rows of those papers unless
+    ``replace_others``."""
+    import pandas as pd
+
+    for m in hashes:
+        try:
+            paper = paper_of(m)
+        except ValueError:
+            paper = None
+        if not m.startswith("results/") or paper not in papers:
+            raise ValueError(f"vendor row {m!r}: a model is named results/<paper>/... with <paper> one of "
+                             f"{sorted(papers)} (the keys of trained_hashes)")  # fmt: skip
+    ours = rows["model"].map(paper_of).isin(papers)
+    drop = ours if replace_others else ours & (rows["cpu_vendor"] == vendor)
+    new = pd.DataFrame([{"model": m, "cpu_vendor": vendor, "sha256": h, "source": source} for m, h in hashes.items()],
+                       columns=VENDOR_COLUMNS)  # fmt: skip
+    out = pd.concat([rows[~drop], new]) if len(rows[~drop]) else new
+    return out[VENDOR_COLUMNS].sort_values(["model", "cpu_vendor"]).reset_index(drop=True)
 
 
 def vendor_hashes(vendor: str) -> dict[str, str]:

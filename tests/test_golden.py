@@ -1,7 +1,9 @@
 """The training half of the regression suite (the scoring half, on the committed fixed
 weights, is tests/test_workflow.py::test_tiny_run_matches_golden_values)."""
 
+import hashlib
 import json
+import subprocess
 import sys
 
 import pandas as pd
@@ -59,6 +61,51 @@ def test_the_fingerprints_show_both_vendors_training_the_same_bits_under_the_gol
     assert (
         compat["GenuineIntel"]["ops"]["gpt2_train64_weights"] != compat["AuthenticAMD"]["ops"]["gpt2_train64_weights"]
     )
+
+
+# update.py's row writer in its own process (it pins the fast mode before torch loads):
+# this machine's rows of each paper in turn, into the file argv[2], of the run folder argv[1].
+_WRITE_ROWS = """
+import sys
+from pathlib import Path
+sys.path.insert(0, "tests/golden")
+import update
+update.G.VENDOR_CHECKPOINTS = Path(sys.argv[2])
+for paper in ("heroes", "coax"):
+    update.write_vendor_rows(update.G.trained_hashes(Path(sys.argv[1]), (paper,)), (paper,), replace_others=False)
+"""
+
+
+def test_vendor_rows_of_two_papers_written_in_one_call_read_back_through_golden_suite(tmp_path, monkeypatch):
+    """update.py --vendor-hashes over several papers: each paper's rows keyed results/<paper>/...
+    (the second paper once died in paper_of on the first's unprefixed keys), read back by
+    vendor_hashes, the other vendor's rows and the other paper's untouched."""
+    run = tmp_path / "run"
+    weights = {"results/heroes/sort/seed42": b"heroes", "results/heroes/grid/train/per_example-torch/sort/seed42":
+               b"grid", "results/coax/ioi/seed1": b"coax"}  # fmt: skip
+    for m, data in weights.items():
+        (run / m / "model").mkdir(parents=True)
+        (run / m / "model" / "model.safetensors").write_bytes(data)
+    other = "GenuineIntel" if numerics.cpu_vendor() != "GenuineIntel" else "AuthenticAMD"
+    before = pd.DataFrame([{"model": m, "cpu_vendor": other, "sha256": f"{i}" * 64, "source": "before"}
+                           for i, m in enumerate([*weights, "results/gim/arithmetic/tiny/seed0"])])  # fmt: skip
+    table = tmp_path / "vendor_checkpoints.csv"
+    before.to_csv(table, index=False)
+    r = subprocess.run([sys.executable, "-c", _WRITE_ROWS, str(run), str(table)], cwd=G.ROOT, capture_output=True,
+                       text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    monkeypatch.setattr(G, "VENDOR_CHECKPOINTS", table)
+    assert G.vendor_hashes(numerics.cpu_vendor()) == {m: hashlib.sha256(b).hexdigest() for m, b in weights.items()}
+    assert G.vendor_hashes(other) == dict(zip(before["model"], before["sha256"]))
+    assert {G.paper_of(m) for m in G.vendor_rows()["model"]} == {"heroes", "coax", "gim"}
+    cpu = f"{numerics.cpu_model()} (family {numerics.cpu_family().replace('/', ' model ')}), fast mode, "
+    rows = G.vendor_rows()
+    assert rows[rows["cpu_vendor"] == numerics.cpu_vendor()]["source"].str.startswith(cpu).all()
+    # keys as the broken writer had them are refused, naming the form
+    with pytest.raises(ValueError, match="results/<paper>"):
+        G.with_vendor_rows(before, {"heroes/sort/seed42": "0" * 64}, "x", "y", ("heroes",), replace_others=False)
+    with pytest.raises(ValueError, match="results/<paper>"):
+        G.with_vendor_rows(before, {"results/coax/ioi/seed1": "0" * 64}, "x", "y", ("heroes",), replace_others=False)
 
 
 def _committed() -> dict[str, str]:

@@ -15,8 +15,9 @@ scoring under the mode that the tests run (src/selfrepair/core/numerics.py). Run
 update after a change that is meant to move a score; retrain only after a change that is
 meant to move training (the model, the loop, the data, the numerics pins). A retrain
 rewrites vendor_checkpoints.csv with this CPU vendor's rows alone (the other vendors' rows
-were of the old training). --vendor-hashes retrains in a temporary folder and writes only
-this vendor's rows of vendor_checkpoints.csv, leaving the committed checkpoints as they
+were of the old training). --vendor-hashes retrains every paper of --papers in a temporary
+folder and writes only this vendor's rows of vendor_checkpoints.csv (keyed results/<paper>/...,
+the source naming the CPU's family and model), leaving the committed checkpoints as they
 are: the way a machine of another vendor records what it trains. Commit the files with a
 message that says why they moved. What lives here: tests/golden_suite.py.
 """
@@ -59,20 +60,18 @@ def write_vendor_rows(hashes: dict[str, str], papers, replace_others: bool) -> N
     """This CPU vendor's rows of vendor_checkpoints.csv for ``papers`` (other papers' rows
     stay; other vendors' rows of those papers go when ``replace_others``)."""
     f, vendor = G.VENDOR_CHECKPOINTS, numerics.cpu_vendor()
-    rows = pd.read_csv(f) if f.exists() else pd.DataFrame(columns=G.VENDOR_COLUMNS)
-    ours = rows["model"].map(G.paper_of).isin(papers)
-    drop = ours if replace_others else ours & (rows["cpu_vendor"] == vendor)
-    source = f"{numerics.cpu_model()}, {G.TRAIN_NUMERICS} mode, {time.strftime('%Y-%m-%d')}"
-    new = pd.DataFrame([{"model": m, "cpu_vendor": vendor, "sha256": h, "source": source} for m, h in hashes.items()])
-    out = pd.concat([rows[~drop], new])[G.VENDOR_COLUMNS].sort_values(["model", "cpu_vendor"])
-    out.to_csv(f, index=False)
-    print(f"{len(new)} {vendor} rows written to {f}")
+    rows = pd.read_csv(f, dtype=str) if f.exists() else pd.DataFrame(columns=G.VENDOR_COLUMNS)
+    family = numerics.cpu_family()  # '25/17': which CPU of a model name shared by many (a KVM guest's 'AMD EPYC')
+    cpu = numerics.cpu_model() + (f" (family {family.replace('/', ' model ')})" if family != "?" else "")
+    source = f"{cpu}, {G.TRAIN_NUMERICS} mode, {time.strftime('%Y-%m-%d')}"
+    G.with_vendor_rows(rows, hashes, vendor, source, papers, replace_others).to_csv(f, index=False)
+    print(f"{len(hashes)} {vendor} rows written to {f}")
 
 
 def vendor_hashes(d: Path, paper: str) -> dict[str, str]:
     G.snakemake("--cores", "2", *G.tiny_args(G.prepare(d), paper=paper), f"numerics={G.TRAIN_NUMERICS}",
                 "--until", *G.TRAIN_RULES[paper])  # fmt: skip
-    return G.weight_hashes(d / "results", (paper,))
+    return G.trained_hashes(d, (paper,))
 
 
 def reach(d: Path) -> None:
