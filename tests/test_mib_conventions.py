@@ -57,15 +57,37 @@ def test_mib_weighting_with_an_unequal_last_batch(bridge, method):
     )
 
 
-def test_weighting_leaves_patching_and_ifr_alone_and_refuses_unknown(bridge):
+def test_eactp_mib_weighting_is_the_mean_of_batch_means(bridge):
+    """5 examples in batches of 2: MIB's exact patching (EAP-IG get_scores_exact with
+    run_attribution's batch-mean metric) takes .mean() over the 3 per-batch values:
+    ((s0 + s1) / 2 + (s2 + s3) / 2 + s4 / 1) / 3, with s_i the example's own effect (each
+    patched alone, a batch of one); "example" is (s0 + ... + s4) / 5. With equal batches
+    the two are the same numbers, bit for bit."""
     data, graph = _data(), Graph.from_bridge(bridge)
-    for method in ("eactp", "ifr"):  # MIB's exact patching and IFR are per-example means
-        torch.testing.assert_close(
-            method_scores(bridge, graph, data, method, 2, weighting="mib"),
-            method_scores(bridge, graph, data, method, 2),
-        )
+    s = [method_scores(bridge, graph, data.slice(i, i + 1), "eactp", 1) for i in range(5)]
+    want_mib = ((s[0] + s[1]) / 2 + (s[2] + s[3]) / 2 + s[4]) / 3
+    want_example = sum(s) / 5
+    got_mib = method_scores(bridge, graph, data, "eactp", 2, weighting="mib")
+    got_example = method_scores(bridge, graph, data, "eactp", 2)
+    torch.testing.assert_close(got_mib, want_mib, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got_example, want_example, atol=1e-6, rtol=1e-5)
+    assert (want_mib - want_example).abs().max() > 1e-2 * want_example.abs().max()  # the two differ here
+    four = data.slice(0, 4)
+    assert torch.equal(
+        method_scores(bridge, graph, four, "eactp", 2, weighting="mib"), method_scores(bridge, graph, four, "eactp", 2)
+    )
+
+
+def test_weighting_leaves_ifr_alone_and_refuses_unknown(bridge):
+    data, graph = _data(), Graph.from_bridge(bridge)
+    # MIB's IFR is a per-example mean (the sum over examples / their number)
+    torch.testing.assert_close(
+        method_scores(bridge, graph, data, "ifr", 2, weighting="mib"), method_scores(bridge, graph, data, "ifr", 2)
+    )
     with pytest.raises(ValueError, match="unknown weighting 'batch'"):
         edge_scores(bridge, graph, data, "eap", weighting="batch")
+    with pytest.raises(ValueError, match="unknown weighting 'batch'"):
+        method_scores(bridge, graph, data, "eactp", weighting="batch")
 
 
 def test_top_n_ties_go_in_mib_argsort_order():
