@@ -190,7 +190,12 @@ def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune:
 
     Ties are broken as MIB breaks them (EAP-IG ``Graph.apply_topn``): the first ``n`` of
     ``torch.argsort(descending=True)`` over the flattened [n_forward, n_backward] matrix,
-    edges off the graph at -inf."""
+    edges off the graph at -inf. On the CPU (torch 2.13) that is libstdc++'s
+    ``std::sort`` on (score, flat index) pairs, an introsort: with at most 16 entries
+    ties keep the lower flat index first; beyond 16 its partitions reorder ties, the
+    same way on every run (a function of the scores alone; tested against the algorithm
+    written out in ``tests/std_sort.py``), but not by index. On a GPU torch sorts
+    otherwise, so MIB's GPU runs may keep other tied edges."""
     s = scores.abs() if absolute else scores.clone()
     s = s.masked_fill(~graph.valid, float("-inf")).flatten()
     mask = torch.zeros_like(s, dtype=torch.bool)
