@@ -269,7 +269,8 @@ def mib_tie_order(graph: Graph, seed: int) -> torch.Tensor:
     has them (a dict's order), every other edge in a random order drawn from ``seed``.
     MIB takes a newly opened node's input edges in the order of a Python set
     (EAP-IG 7af394a ``Graph.apply_greedy``: ``sorted(parent.parent_edges)`` is stable), which
-    varies with ``PYTHONHASHSEED``; these orders stand in for the ones it can draw."""
+    varies with ``PYTHONHASHSEED``; these random permutations stand in for the orders
+    it can draw (a sample of the same kind, not MIB's hash-seed orders themselves)."""
     n_fwd, n_bwd = graph.valid.shape
     perm = torch.randperm(n_fwd * n_bwd, generator=torch.Generator().manual_seed(int(seed))).view(n_fwd, n_bwd)
     key = perm + n_fwd * n_bwd  # after every edge into logits
