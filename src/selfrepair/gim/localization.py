@@ -31,7 +31,8 @@ def localize(
     tie_orders: int = 0,
 ):
     """Scores of one method (``weighting``: :func:`attribute.edge_scores`'s; "mib" puts
-    the gradient methods' scores on MIB's scale), and its two faithfulness curves (signed
+    the gradient methods' scores on MIB's scale and makes EActP the mean of batch
+    means, :func:`attribute.method_scores`), and its two faithfulness curves (signed
     and absolute), with the method's circuit selection rule (:func:`selection_rule`:
     greedy for ``ifr``). For a greedy method, ``tie_orders`` > 0 adds the range of CPR
     and CMD over that many sampled tie orders and ours (:func:`evaluate.greedy_tie_spread`).
