@@ -415,3 +415,95 @@ def test_induction_progress_plan_is_the_rows_it_runs(tiny_real_models, caplog):
     rows = int(re.search(r", (\d+) rows \(", done[0]).group(1))
     # 8 heads, 2 primaries: 1 detection + 2 + 2 x 6 scan + 2 + 2 ks x 3 sets x 2, each over 8 prompts
     assert rows == (1 + 2 + 12 + 2 + 12) * 8
+
+
+# ---- COAX release 2.1.0's protocol on real models (issue 51) ----------------------------
+def test_real_ioi_prompt_sets_default_to_the_release_seeds():
+    """backup_recovery_full.py's --seeds default is 1 8 15 22."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    schema = yaml.safe_load((root / "workflow" / "schemas" / "coax.schema.yaml").read_text())
+    assert schema["properties"]["real"]["properties"]["data_seeds"]["default"] == [1, 8, 15, 22]
+
+
+def test_release_vocab_bounds_v2_on_a_padded_vocabulary(tiny_real_models):
+    """tiny-gpt2 outputs 60 logits but its tokenizer has 42 tokens (a padded vocabulary,
+    like Pythia's 50,304 outputs for 50,254 tokens). The release's full vocabulary is
+    top-r with r = min(42, 60): the 42 largest clean logits at the last position, p0
+    their softmax. The single-ablation energy of a head is worked out here from full
+    forwards with the head's z zeroed: mean over prompts of sum_k p0_k (dz_k -
+    E_p0[dz])^2 on those 42 logits."""
+    bridge = models.load_bridge(tiny_real_models / "tiny-gpt2", "cpu")
+    assert int(bridge.cfg.d_vocab) == 60 and coax.release_vocab(bridge) == bridge.tokenizer.vocab_size == 42
+    tokens = ioi.gpt2_prompts(bridge.tokenizer, 6, seed=1).tokens
+    from selfrepair.core.components import head_components
+
+    head = head_components(2, 4)[5]
+    with torch.no_grad():
+        z0 = bridge(tokens)[:, -1, :].float()
+        hook = (f"blocks.{head.layer}.attn.hook_z", lambda z, hook: z.index_fill(2, torch.tensor([head.head]), 0.0))
+        za = bridge.run_with_hooks(tokens, fwd_hooks=[hook])[:, -1, :].float()
+    top = z0.topk(42, dim=-1).indices
+    p0 = torch.softmax(z0.gather(-1, top), -1)
+    dz = z0.gather(-1, top) - za.gather(-1, top)
+    want = float((p0 * (dz - (p0 * dz).sum(-1, keepdim=True)) ** 2).sum(-1).mean())
+    support = coax.make_support(bridge(tokens).detach(), "v2", vocab=42)
+    assert support.index.shape == (6, 1, 42)
+    assert torch.equal(support.index.sort(-1).values[:, 0], top.sort(-1).values)
+    got = coax.scan(bridge, tokens, [head], protocol="v2", vocab=coax.release_vocab(bridge)).table["single"][0]
+    full = coax.scan(bridge, tokens, [head], protocol="v2").table["single"][0]
+    assert got == pytest.approx(want, rel=1e-4)
+    assert abs(full - want) > 1e-3 * want  # the 18 padded logits move the energy here
+    # a bound at or above the output size keeps all of it, as before
+    assert torch.equal(coax.make_support(z0[:, None], "v2", vocab=60).index, coax.make_support(z0[:, None], "v2").index)
+
+
+def test_real_model_ioi_and_wakeup_scan_with_the_release_vocab(tiny_real_models, tmp_path, monkeypatch):
+    seen = []
+    real_scan = coax.scan
+
+    def spy(*a, **kw):
+        seen.append(kw.get("vocab"))
+        return real_scan(*a, **kw)
+
+    monkeypatch.setattr(ioi_experiment.coax, "scan", spy)
+    monkeypatch.setattr(real_models, "scan", spy)
+    real = {"search_paths": [str(tiny_real_models)], "ioi_model": "tiny-gpt2", "wakeup_models": ["tiny-gpt2"],
+            "induction_models": [], "n_prompts": 6, "data_seeds": [1], "induction_T": 6}  # fmt: skip
+    ioi_cfg = {"n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05,
+               "ig_steps": 1, "amp_eps": 1e-3}  # fmt: skip
+    status = real_models.run_real_models(real, ioi_cfg, {}, "v2", 16, tmp_path, "cpu")
+    assert (status[status.experiment != "pruning"].status == "ran").all(), status.reason.tolist()
+    assert seen == [42, 42]  # the IOI scan and the wake-up scan
+
+
+def test_authors_prompts_keep_the_tokenizers_bos(tmp_path):
+    """A tokenizer that puts BOS first (as Llama's, Gemma's and OLMo's do): the release
+    tokenizes with tokenizer(prompt), so each prompt is BOS + the 14 template words;
+    IO and S stay the names' own first tokens."""
+    import numpy as np
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<bos>", ",", "When", "and", "went", "to", "the", "gave", "a"]
+    words += ioi.NAMES + ioi.PLACES + ioi.OBJECTS
+    tk = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = Whitespace()
+    tk.post_processor = TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<bos>")
+    assert tok("When")["input_ids"] == [1, 3]  # the tokenizer's call adds BOS
+    p = ioi.gpt2_prompts(tok, 5, seed=8)
+    assert p.tokens.shape == (5, 15) and (p.tokens[:, 0] == 1).all() and (p.tokens[:, 1:] != 1).all()
+    rng = np.random.default_rng(8)
+    for i in range(5):
+        io, s = rng.choice(ioi.NAMES, size=2, replace=False)
+        place, obj = rng.choice(ioi.PLACES), rng.choice(ioi.OBJECTS)
+        want = f"When {io} and {s} went to the {place} , {s} gave a {obj} to"
+        assert tok.decode(p.tokens[i, 1:]) == want
+        assert [words[int(p.io[i])], words[int(p.s[i])]] == [io, s]

@@ -57,22 +57,46 @@ def test_mib_weighting_with_an_unequal_last_batch(bridge, method):
     )
 
 
-def test_weighting_leaves_patching_and_ifr_alone_and_refuses_unknown(bridge):
+def test_eactp_mib_weighting_is_the_mean_of_batch_means(bridge):
+    """5 examples in batches of 2: MIB's exact patching (EAP-IG get_scores_exact with
+    run_attribution's batch-mean metric) takes .mean() over the 3 per-batch values:
+    ((s0 + s1) / 2 + (s2 + s3) / 2 + s4 / 1) / 3, with s_i the example's own effect (each
+    patched alone, a batch of one); "example" is (s0 + ... + s4) / 5. With equal batches
+    the two are the same numbers, bit for bit."""
     data, graph = _data(), Graph.from_bridge(bridge)
-    for method in ("eactp", "ifr"):  # MIB's exact patching and IFR are per-example means
-        torch.testing.assert_close(
-            method_scores(bridge, graph, data, method, 2, weighting="mib"),
-            method_scores(bridge, graph, data, method, 2),
-        )
+    s = [method_scores(bridge, graph, data.slice(i, i + 1), "eactp", 1) for i in range(5)]
+    want_mib = ((s[0] + s[1]) / 2 + (s[2] + s[3]) / 2 + s[4]) / 3
+    want_example = sum(s) / 5
+    got_mib = method_scores(bridge, graph, data, "eactp", 2, weighting="mib")
+    got_example = method_scores(bridge, graph, data, "eactp", 2)
+    torch.testing.assert_close(got_mib, want_mib, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got_example, want_example, atol=1e-6, rtol=1e-5)
+    assert (want_mib - want_example).abs().max() > 1e-2 * want_example.abs().max()  # the two differ here
+    four = data.slice(0, 4)
+    assert torch.equal(
+        method_scores(bridge, graph, four, "eactp", 2, weighting="mib"), method_scores(bridge, graph, four, "eactp", 2)
+    )
+
+
+def test_weighting_leaves_ifr_alone_and_refuses_unknown(bridge):
+    data, graph = _data(), Graph.from_bridge(bridge)
+    # MIB's IFR is a per-example mean (the sum over examples / their number)
+    torch.testing.assert_close(
+        method_scores(bridge, graph, data, "ifr", 2, weighting="mib"), method_scores(bridge, graph, data, "ifr", 2)
+    )
     with pytest.raises(ValueError, match="unknown weighting 'batch'"):
         edge_scores(bridge, graph, data, "eap", weighting="batch")
+    with pytest.raises(ValueError, match="unknown weighting 'batch'"):
+        method_scores(bridge, graph, data, "eactp", weighting="batch")
 
 
 def test_top_n_ties_go_in_mib_argsort_order():
-    """One layer, one head (8 edges). |scores|: five edges tie at 0.5. Top 3: the edge at
-    0.9, then the tied edges in torch.argsort(descending=True)'s order over the
-    flattened [forward, backward] matrix, which on the CPU is the lower flat index first
-    (EAP-IG Graph.apply_topn); torch.topk picks other tied edges here."""
+    """One layer, one head (8 edges, a flattened matrix of 15 entries). |scores|: five
+    edges tie at 0.5. Top 3: the edge at 0.9, then the tied edges in
+    torch.argsort(descending=True)'s order over the flattened [forward, backward]
+    matrix (EAP-IG Graph.apply_topn), which on the CPU with at most 16 entries is the
+    lower flat index first (an insertion sort; beyond 16, the next test); torch.topk
+    picks other tied edges here."""
     g = Graph.build(1, 1, 16)
     index = g.edge_index()
     s = torch.zeros(g.valid.shape)
@@ -87,6 +111,40 @@ def test_top_n_ties_go_in_mib_argsort_order():
     a = s.abs().masked_fill(~g.valid, float("-inf")).flatten()
     by_topk = {n for n, (i, j) in index.items() if i * s.shape[1] + j in set(torch.topk(a, 3).indices.tolist())}
     assert by_topk != want  # the convention matters on this case
+
+
+def test_top_n_ties_beyond_16_entries_follow_torchs_introsort():
+    """torch 2.13's CPU argsort(descending=True) is libstdc++'s std::sort on (score,
+    flat index) pairs: ties keep ascending index order only up to 16 entries. The
+    reference (tests/std_sort.py, written from the algorithm) equals torch on tie-heavy
+    vectors of 17 to 5000 entries; top_edges on a 2-layer, 2-head graph (105 entries,
+    46 edges, 42 of them tied) keeps exactly the reference's first n, which is not the
+    lower flat index first."""
+    from std_sort import introsort_descending
+
+    assert introsort_descending([0.0] * 16) == list(range(16))
+    assert introsort_descending([0.0] * 17) != list(range(17))
+    g = torch.Generator().manual_seed(3)
+    for n in (17, 18, 31, 64, 100, 1000, 5000):
+        v = torch.randint(0, 3, (n,), generator=g).float()
+        v[torch.rand(n, generator=g) < 0.2] = float("-inf")
+        assert torch.argsort(v, descending=True).tolist() == introsort_descending(v.tolist()), n
+    graph = Graph.build(2, 2, 16)
+    edges = graph.valid.nonzero().tolist()
+    s = torch.zeros(graph.valid.shape)
+    for k, (i, j) in enumerate(edges):
+        s[i, j] = (0.9, -0.8, 0.7, 0.6)[k] if k < 4 else (0.5 if k % 2 else -0.5)  # 42 tie at |0.5|
+    flat = s.abs().masked_fill(~graph.valid, float("-inf")).flatten()
+    assert flat.numel() > 16 and int((flat == 0.5).sum()) == 42
+    by_index = sorted(range(flat.numel()), key=lambda k: (-flat[k].item(), k))
+    for n in (5, 10, 20):
+        want = torch.zeros(flat.numel(), dtype=torch.bool)
+        want[introsort_descending(flat.tolist())[:n]] = True
+        got = top_edges(graph, s, n, absolute=True, prune=False)
+        assert torch.equal(got.flatten(), want), n
+        stable = torch.zeros_like(want)
+        stable[by_index[:n]] = True
+        assert not torch.equal(got.flatten(), stable), n  # "lower flat index first" is not what happens
 
 
 def test_mib_reported_edge_count_is_one_pruning_sweep():

@@ -214,11 +214,13 @@ def run_ioi(
     ig_steps: int = 5,
     max_rows: int = 2048,
     amp_eps: float = baselines.AMP_EPS,
+    vocab: int | None = None,
 ) -> dict:
     """Paper B's IOI experiments on one model and one prompt set.
 
     ``primaries`` seed COAX (and the conditional baselines); ``backups`` are the
-    positives (ground truth); ``amp_eps``: the amplification ratio's eps share. Returns
+    positives (ground truth); ``amp_eps``: the amplification ratio's eps share;
+    ``vocab``: the bound on ``v2``'s full vocabulary (:func:`score.support_at`). Returns
     DataFrames: scores (per head), discovery (ROC-AUC and top-k recall per method),
     wake (wake-up curve), freeze, recovery and knockout, plus the forward-pass count.
     """
@@ -229,7 +231,9 @@ def run_ioi(
     # one intact run of the prompts, shared by every part below: each ablated or
     # interpolated run resumes from it at the first layer it changes (interventions.Prefix)
     pfx = Prefix(bridge, prompts.tokens, keep_z=True)
-    sc = coax.scan(bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows, prefix=pfx)
+    sc = coax.scan(
+        bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows, prefix=pfx, vocab=vocab
+    )
     last = [prompts.tokens.shape[1] - 1]
     # wake-up curve: backups vs the other candidates, 0..|S| primaries ablated; its last
     # point (all of S ablated) is each candidate's wake-up ratio

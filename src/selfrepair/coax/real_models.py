@@ -12,7 +12,7 @@ import pandas as pd
 
 from selfrepair.coax import induction_experiment, ioi_experiment
 from selfrepair.coax.claims import IOI_AUC_CLAIMS
-from selfrepair.coax.score import ioi_summary, scan, wake_up_curve
+from selfrepair.coax.score import ioi_summary, release_vocab, scan, wake_up_curve
 from selfrepair.core.components import head_components, parse
 from selfrepair.core.models import (
     ContextTooShort,
@@ -161,7 +161,7 @@ def _run_ioi(b, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows,
                 res = ioi_experiment.run_ioi(
                     b, pr, heads, prim, back, protocol, top_r, ioi_cfg["top_k"],
                     ioi_cfg["k_recovered"] or len(back), ioi_cfg["wake_min"], ioi_cfg["ig_steps"], mr,
-                    ioi_cfg["amp_eps"],
+                    ioi_cfg["amp_eps"], release_vocab(b),
                 )  # fmt: skip
             for k in parts:
                 t = res[k].copy()
@@ -188,7 +188,7 @@ def _run_wakeup(b, name, real, ioi_cfg, protocol, top_r, device, max_rows, every
         prim = [heads[i] for i in order[: ioi_cfg["n_primary"]]]
         cands = [h for h in heads if h not in prim]
         with prog.stage("COAX scan", rows=(2 + 2 * len(cands)) * n):  # the scan's 2 + 2|U| passes
-            sc = scan(b, pr.tokens, cands, prim, protocol, top_r, max_rows=mr)
+            sc = scan(b, pr.tokens, cands, prim, protocol, top_r, max_rows=mr, vocab=release_vocab(b))
         watch_names = list(sc.table.sort_values("comp", ascending=False)["unit"].head(8))
         rng = np.random.default_rng(0)
         rand = [cands[i] for i in rng.choice(len(cands), min(8, len(cands)), replace=False)]

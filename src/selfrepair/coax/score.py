@@ -63,15 +63,18 @@ class Support:
         return x.gather(-1, self.index.to(x.device)).cpu()
 
 
-def make_support(z0_full: torch.Tensor, protocol: str = "v1", top_r: int = 192, positions=None) -> Support:
+def make_support(
+    z0_full: torch.Tensor, protocol: str = "v1", top_r: int = 192, positions=None, vocab: int | None = None
+) -> Support:
     """Build the support from the clean logits [N, T, V].
 
     ``v1``: every position except the last, the top ``top_r`` logits of each;
-    ``v2``: the last position only, the full vocabulary. ``positions`` overrides the
-    kept positions (e.g. only the second half of an induction sequence).
+    ``v2``: the last position only, the full vocabulary (with ``vocab`` < V: the top
+    ``vocab`` logits, :func:`support_at`). ``positions`` overrides the kept positions
+    (e.g. only the second half of an induction sequence).
     """
     positions = support_positions(z0_full.shape[1], protocol, positions)
-    return support_at(z0_full[:, positions, :], positions, protocol, top_r)
+    return support_at(z0_full[:, positions, :], positions, protocol, top_r, vocab)
 
 
 def support_positions(t: int, protocol: str = "v1", positions=None) -> torch.Tensor:
@@ -83,14 +86,32 @@ def support_positions(t: int, protocol: str = "v1", positions=None) -> torch.Ten
     return torch.as_tensor(positions, dtype=torch.long)
 
 
-def support_at(z_kept: torch.Tensor, positions, protocol: str = "v1", top_r: int = 192) -> Support:
-    """:func:`make_support` from the clean logits at the kept ``positions`` only ([N, P, V])."""
+def release_vocab(bridge) -> int:
+    """The full vocabulary of COAX release 2.1.0 on a real model: min(tokenizer
+    ``vocab_size``, the model's output size) (its ``top_r = tokenizer.vocab_size``,
+    capped at the logits' width). Smaller than the output on a padded vocabulary
+    (Pythia: 50,254 tokens, 50,304 outputs); the output size without a tokenizer."""
+    out = int(bridge.cfg.d_vocab)
+    tok = getattr(bridge, "tokenizer", None)
+    return out if tok is None else min(int(tok.vocab_size), out)
+
+
+def support_at(
+    z_kept: torch.Tensor, positions, protocol: str = "v1", top_r: int = 192, vocab: int | None = None
+) -> Support:
+    """:func:`make_support` from the clean logits at the kept ``positions`` only ([N, P, V]).
+
+    ``vocab`` bounds ``v2``'s full vocabulary: with ``vocab`` < V the support is the top
+    ``vocab`` clean logits of each position, as the release keeps (its top-r with r =
+    min(tokenizer vocabulary, V), :func:`release_vocab`); ``None`` or >= V: all V."""
     positions = torch.as_tensor(positions, dtype=torch.long)
     z = z_kept.float().cpu()
     n, _, v = z.shape
     if protocol == "v1":
         r = min(int(top_r), v)
         index = z.topk(r, dim=-1).indices
+    elif vocab is not None and int(vocab) < v:
+        index = z.topk(int(vocab), dim=-1).indices
     else:
         index = torch.arange(v).expand(n, len(positions), v).clone()
     zs = z.gather(-1, index)
@@ -131,10 +152,10 @@ def _logits_on_support(bridge, tokens, sets, support, mode, means, max_rows):
     return run_ablated(bridge, tokens, sets, mode=mode, means=means, reduce=support.gather, max_rows=max_rows)
 
 
-def clean_support(bridge, tokens, protocol="v1", top_r=192, positions=None) -> Support:
+def clean_support(bridge, tokens, protocol="v1", top_r=192, positions=None, vocab=None) -> Support:
     with torch.no_grad():
         z0 = bridge(tokens)
-    return make_support(z0, protocol, top_r, positions)
+    return make_support(z0, protocol, top_r, positions, vocab)
 
 
 def scan(
@@ -150,6 +171,7 @@ def scan(
     max_rows: int = 2048,
     support: Support | None = None,
     prefix: Prefix | None = None,
+    vocab: int | None = None,
 ) -> ScanResult:
     """One COAX scan: single, cond and comp of every unit in ``units``.
 
@@ -169,7 +191,7 @@ def scan(
     pfx = prefix if prefix is not None else Prefix(bridge, tokens)
     if support is None:
         pos = support_positions(tokens.shape[1], protocol, positions)
-        support = support_at(pfx.logits(pos.tolist()), pos, protocol, top_r)
+        support = support_at(pfx.logits(pos.tolist()), pos, protocol, top_r, vocab)
         passes += 1
     z0, p0 = support.z0, support.p0
     pos = support.positions.tolist()

@@ -269,13 +269,24 @@ def exact_patching_rows(graph: Graph, n_examples: int) -> int:
 
 @on_prepared
 def exact_edge_patching(
-    bridge, graph: Graph, data: CounterfactualBatch, batch_size: int = 64, max_rows: int = 4096
+    bridge,
+    graph: Graph,
+    data: CounterfactualBatch,
+    batch_size: int = 64,
+    max_rows: int = 4096,
+    weighting: str = "example",
 ) -> torch.Tensor:
     """EActP: every edge's exact effect, [n_forward, n_backward] (zero off the graph).
 
     score(u->v) = mean over examples of logit_diff(clean) - logit_diff(clean with only
     u->v patched to corrupt), the quantity EAP estimates (same sign: positive favours
     the answer), what :func:`per_edge_patching` computes one masked run at a time.
+    ``weighting`` (:data:`WEIGHTINGS`): ``"example"`` (default) is that per-example
+    mean whatever the batches; ``"mib"`` is the mean over batches of each batch's mean
+    (MIB's ``exact``: EAP-IG's ``get_scores_exact`` takes ``.mean()`` of the batch-mean
+    metric's per-batch values), so an unequal last batch weighs its examples more. With
+    equal batches the two are the same numbers, bit for bit (each batch's sum is
+    weighted by N / (n_batches * B) = 1.0 exactly).
     With one edge patched nothing upstream of v changes, so v's input just shifts by
     a_u(corrupt) - a_u(clean); the runs of all parents of one input are batched
     together (at most ``max_rows`` rows and about 2^27 logits per forward) and the
@@ -286,10 +297,15 @@ def exact_edge_patching(
     N_L(pre_L + r_h(corrupt) - r_h(clean)) - N_L(pre_L), pre_L the norm's clean input:
     the patching convention of :func:`evaluate.patched` (MIB's).
     """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; one of {WEIGHTINGS}")
     rep = graph.n_heads // graph.n_kv_heads
     total = torch.zeros(graph.valid.shape, device=_device(bridge))  # returned on the CPU
     norms = attn_post_norms(bridge)
+    n_batches = -(-len(data) // batch_size)
     for b in data.batches(batch_size):
+        # "mib": sum_b S_b / (n_batches |b|) = (sum_b w_b S_b) / N with w_b below
+        weight = len(data) / (n_batches * len(b)) if weighting == "mib" else 1.0
         pre = {}  # layer -> the post-norm's clean input
 
         def keep_pre(layer):
@@ -325,7 +341,7 @@ def exact_edge_patching(
                 effect = (base.repeat(len(chunk)) - logit_diff(out, _repeat(b, len(chunk)))).view(len(chunk), n)
                 share = 1.0 / rep if (slot is not None and not name.endswith("q_input")) else 1.0
                 for j in cols:
-                    total[chunk, j] += effect.sum(1) * share
+                    total[chunk, j] += effect.sum(1) * (share * weight)
     return (total.cpu() / len(data)) * graph.valid
 
 
@@ -541,8 +557,12 @@ def too_large(method: str, n_edges: int, eactp_max_edges: int = EACTP_MAX_EDGES)
 
 
 SCORERS = {
-    "eactp": lambda bridge, graph, data, batch_size, ig_steps: exact_edge_patching(bridge, graph, data, batch_size),
-    "ifr": lambda bridge, graph, data, batch_size, ig_steps: information_flow_routes(bridge, graph, data, batch_size),
+    "eactp": lambda bridge, graph, data, batch_size, ig_steps, weighting: exact_edge_patching(
+        bridge, graph, data, batch_size, weighting=weighting
+    ),
+    "ifr": lambda bridge, graph, data, batch_size, ig_steps, weighting: information_flow_routes(
+        bridge, graph, data, batch_size
+    ),
 }
 ALL_METHODS = METHODS + tuple(SCORERS)
 
@@ -558,13 +578,15 @@ def method_scores(
 ):
     """Edge scores of any localization method: the gradient ones (:data:`METHODS`,
     :func:`edge_scores`, with its ``weighting``), exact per-edge patching (``eactp``) or
-    information flow routes (``ifr``). EActP and IFR are per-example means under either
-    weighting, as in MIB (its exact patching averages the evaluated metric, its IFR
-    divides the sum over examples by their number)."""
+    information flow routes (``ifr``). EActP takes the ``weighting`` too
+    (:func:`exact_edge_patching`: under ``"mib"`` the mean of per-batch means, MIB's
+    ``exact`` with its batch-mean metric; the same numbers with equal batches). IFR is a
+    per-example mean under either weighting, as in MIB (its IFR divides the sum over
+    examples by their number)."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; one of {WEIGHTINGS}")
     if method in SCORERS:
-        return SCORERS[method](bridge, graph, data, batch_size, ig_steps)
+        return SCORERS[method](bridge, graph, data, batch_size, ig_steps, weighting)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; one of {ALL_METHODS}")
     return edge_scores(bridge, graph, data, method, batch_size=batch_size, ig_steps=ig_steps, weighting=weighting)

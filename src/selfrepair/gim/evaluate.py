@@ -367,8 +367,9 @@ def greedy_tie_spread(
     possible tie orders (:func:`graph.mib_tie_order`, seeds 0 .. orders-1) and ours: their
     range, and how many of the drawn orders change at least one circuit
     (``tie_orders_moved``). MIB's own IFR result depends on ``PYTHONHASHSEED`` where
-    scores tie; this is the spread of what it can report. Every distinct circuit is run
-    once (:func:`run_circuits`)."""
+    scores tie; this range is a sampled estimate of that spread from ``orders`` + 1
+    orders (random permutations, not MIB's hash-seed orders), so it need not contain the
+    value MIB reports. Every distinct circuit is run once (:func:`run_circuits`)."""
     if orders < 0:
         raise ValueError(f"orders must be >= 0, not {orders}")
     keys = [None] + [mib_tie_order(graph, k) for k in range(orders)]

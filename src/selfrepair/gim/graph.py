@@ -190,7 +190,12 @@ def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune:
 
     Ties are broken as MIB breaks them (EAP-IG ``Graph.apply_topn``): the first ``n`` of
     ``torch.argsort(descending=True)`` over the flattened [n_forward, n_backward] matrix,
-    edges off the graph at -inf."""
+    edges off the graph at -inf. On the CPU (torch 2.13) that is libstdc++'s
+    ``std::sort`` on (score, flat index) pairs, an introsort: with at most 16 entries
+    ties keep the lower flat index first; beyond 16 its partitions reorder ties, the
+    same way on every run (a function of the scores alone; tested against the algorithm
+    written out in ``tests/std_sort.py``), but not by index. On a GPU torch sorts
+    otherwise, so MIB's GPU runs may keep other tied edges."""
     s = scores.abs() if absolute else scores.clone()
     s = s.masked_fill(~graph.valid, float("-inf")).flatten()
     mask = torch.zeros_like(s, dtype=torch.bool)
@@ -264,7 +269,8 @@ def mib_tie_order(graph: Graph, seed: int) -> torch.Tensor:
     has them (a dict's order), every other edge in a random order drawn from ``seed``.
     MIB takes a newly opened node's input edges in the order of a Python set
     (EAP-IG 7af394a ``Graph.apply_greedy``: ``sorted(parent.parent_edges)`` is stable), which
-    varies with ``PYTHONHASHSEED``; these orders stand in for the ones it can draw."""
+    varies with ``PYTHONHASHSEED``; these random permutations stand in for the orders
+    it can draw (a sample of the same kind, not MIB's hash-seed orders themselves)."""
     n_fwd, n_bwd = graph.valid.shape
     perm = torch.randperm(n_fwd * n_bwd, generator=torch.Generator().manual_seed(int(seed))).view(n_fwd, n_bwd)
     key = perm + n_fwd * n_bwd  # after every edge into logits

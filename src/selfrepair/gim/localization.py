@@ -31,10 +31,11 @@ def localize(
     tie_orders: int = 0,
 ):
     """Scores of one method (``weighting``: :func:`attribute.edge_scores`'s; "mib" puts
-    the gradient methods' scores on MIB's scale), and its two faithfulness curves (signed
+    the gradient methods' scores on MIB's scale and makes EActP the mean of batch
+    means, :func:`attribute.method_scores`), and its two faithfulness curves (signed
     and absolute), with the method's circuit selection rule (:func:`selection_rule`:
     greedy for ``ifr``). For a greedy method, ``tie_orders`` > 0 adds the range of CPR
-    and CMD over that many of MIB's tie orders and ours (:func:`evaluate.greedy_tie_spread`).
+    and CMD over that many sampled tie orders and ours (:func:`evaluate.greedy_tie_spread`).
 
     Returns (graph, scores, curves DataFrame, summary dict with CPR and CMD).
     """
@@ -89,8 +90,8 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
       many models a is better (``cpr_wins``: CPR higher; ``cmd_wins``: CMD lower; ties
       count for neither).
 
-    A greedy method's rows (IFR) also give the range over MIB's tie orders
-    (:func:`localize`'s ``tie_orders``): ``cpr_tie_min`` / ``cpr_tie_max`` (and CMD's),
+    A greedy method's rows (IFR) also give the range over sampled tie orders
+    (:func:`localize`'s ``tie_orders``, :func:`evaluate.greedy_tie_spread`: an estimate): ``cpr_tie_min`` / ``cpr_tie_max`` (and CMD's),
     the mean over the models of each model's lowest / highest value; NaN elsewhere.
     """
     import pandas as pd

@@ -10,7 +10,9 @@ positions, and the IOI metric is logit[IO] - logit[S] at the last prompt positio
 {place}, {S} gave a {obj} to") with a tokenizer, in one of two styles:
 
 - ``"authors"`` (default): as COAX release 2.1.0 builds them (``ioi_prompts`` in
-  ``src/curvgraph/circuits.py``): no BOS, ``numpy.random.default_rng(seed)``, per
+  ``src/curvgraph/circuits.py``, tokenized by ``tokenizer(prompt)`` in
+  ``backup_recovery_full.py``): the tokenizer's own special tokens (none on GPT-2,
+  so no BOS there; BOS first on Llama, Gemma, OLMo), ``numpy.random.default_rng(seed)``, per
   prompt IO and S drawn without replacement from the names, then a place, then an
   object; every drawn prompt is kept, IO/S ids are the first token of " " + name;
 - ``"bos-torch"`` (this project's earlier default): a BOS first, torch's generator,
@@ -133,8 +135,10 @@ def gpt2_prompts(tokenizer, n: int, seed: int, style: str = "authors") -> IOIPro
     """Paper B's GPT-2 prompts (IO != S), ``n`` of them, deterministic from ``seed``.
 
     ``style`` (see the module docstring): ``"authors"``, the COAX release's prompts
-    (no BOS, numpy's ``default_rng``; ValueError when the tokenizer gives the drawn
-    prompts different lengths, as they cannot be stacked), or ``"bos-torch"``, this
+    (numpy's ``default_rng``; the text tokenized with the tokenizer's special tokens, as
+    the release's ``tokenizer(prompt)`` does: none on GPT-2, BOS first where the
+    tokenizer adds it; ValueError when the tokenizer gives the drawn prompts different
+    lengths, as they cannot be stacked), or ``"bos-torch"``, this
     project's earlier prompts (BOS, torch's generator, single-token names only).
     """
     if style == "authors":
@@ -151,7 +155,8 @@ def _first_token(tokenizer, word: str) -> int:
 def _authors_prompts(tokenizer, n: int, seed: int) -> IOIPrompts:
     # The release draws, for each prompt in turn: two distinct names (the first is IO,
     # the second S), one place, one object, all with Generator.choice on its lists;
-    # it keeps every prompt and tokenizes the text alone (GPT-2's tokenizer adds no BOS).
+    # it keeps every prompt and tokenizes the text as the tokenizer's call does, special
+    # tokens included (GPT-2's adds none; Llama's, Gemma's, OLMo's put BOS first).
     rng = np.random.default_rng(seed)
     toks, ios, ss = [], [], []
     for _ in range(n):
@@ -159,7 +164,7 @@ def _authors_prompts(tokenizer, n: int, seed: int) -> IOIPrompts:
         place = PLACES[int(rng.choice(len(PLACES)))]
         obj = OBJECTS[int(rng.choice(len(OBJECTS)))]
         text = GPT2_TEMPLATE.format(IO=NAMES[i_io], S=NAMES[i_s], P=place, O=obj)
-        toks.append(tokenizer.encode(text, add_special_tokens=False))
+        toks.append(tokenizer.encode(text, add_special_tokens=True))
         ios.append(_first_token(tokenizer, NAMES[i_io]))
         ss.append(_first_token(tokenizer, NAMES[i_s]))
     lengths = sorted({len(t) for t in toks})
