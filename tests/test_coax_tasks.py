@@ -248,7 +248,14 @@ def test_absent_weights_are_not_run_not_a_failure(tmp_path):
         "data_seeds": [1],
         "induction_T": 6,
     }
-    status = real_models.run_real_models(real, {}, {}, "v2", 16, tmp_path / "t", "cpu")
+    status = coax_claims.status_with_claims(real_models.run_real_models(real, {}, {}, "v2", 16, tmp_path / "t", "cpu"))
+    # the status CSV's columns: the computation's, with the claims module's claim ids after the reason
+    assert list(status.columns) == ["model", "experiment", "status", "reason", "claims", "folder", "identity"]
+    by_experiment = status.set_index("experiment")["claims"]
+    assert by_experiment["wakeup"] == "wakeup_scales" and by_experiment["induction"] == "induction_ratio_range"
+    assert by_experiment["pruning"] == "pruning_beats_baselines pruning_coax_ppl_50 pruning_taylor_ppl_50"
+    ioi_ids = by_experiment["ioi"].split()
+    assert ioi_ids[:2] == ["ioi_auc_single", "ioi_auc_atp"] and ioi_ids[-1] == "wakeup_random_flat"
     assert (status["status"] == "not run").all()
     assert status.set_index("experiment").loc["ioi", "reason"].startswith("not run: weights not found")
     from selfrepair.core import published
@@ -263,6 +270,8 @@ def test_absent_weights_are_not_run_not_a_failure(tmp_path):
     }
     table = published.compare("coax", claims, coax_claims.measured_claims(None, {}, {}, nr))
     assert table.loc[0, "status"] == "not run" and "weights not found" in table.loc[0, "note"]
+    with pytest.raises(ValueError, match="experiments \\['other'\\] name no claims; add them to coax.claims"):
+        coax_claims.status_with_claims(status.assign(experiment="other").drop(columns="claims"))
 
 
 def test_ground_truth_pair_interaction_by_hand():
@@ -301,7 +310,7 @@ def test_release_claims_are_measured_from_the_same_summary_rows_as_the_papers():
     claims = published.load_claims(root / "config/published.yaml", "coax")
     auc_ids = [c["id"] for c in claims if c["id"].startswith("ioi_auc_")]
     assert auc_ids == list(coax_claims.IOI_AUC_CLAIMS)
-    assert set(auc_ids) <= set(real_models.IOI_CLAIMS)
+    assert set(auc_ids) <= set(coax_claims.IOI_CLAIMS)
     by_id = {c["id"]: c for c in claims}
     for cid in auc_ids:
         release = cid.endswith("_r21")
@@ -379,7 +388,9 @@ def test_one_failing_model_costs_its_row_not_the_others(tiny_real_models, tmp_pa
         return run_induction(bridge, *a, **k)
 
     monkeypatch.setattr(real_models.induction_experiment, "run_induction", fails_on_neox)
-    status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu")
+    status = coax_claims.status_with_claims(
+        real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu")
+    )
     st = status.set_index(["experiment", "model"])
     length = ioi.gpt2_prompts(models.load_bridge(tiny_real_models / "tiny-gpt2").tokenizer, 8, 1).tokens.shape[1]
     short = f"not run: the IOI prompts are {length} tokens long, longer than tiny-short's context of 8 tokens (n_ctx)"

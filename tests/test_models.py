@@ -162,3 +162,69 @@ def test_progress_line_numbers():
         == "train step 250/1000 (25%) | loss 0.1235 | eval acc 0.9000 at step 200 | 5.0 steps/s | elapsed 0:00:50 | eta 0:02:30 to max_steps"
     )
     assert "eta ?" in train.progress_line(1, 10, 1.0, float("nan"), None, 0.0)
+
+
+def _tiny_gpt2(n_heads=2, seed=0):
+    cfg = models.gpt2_toy_config(vocab_size=11, n_layers=2, n_heads=n_heads, d_model=8, d_mlp=16, n_ctx=6)
+    return models.build_gpt2_toy(cfg, seed=seed, positional=True)
+
+
+def test_head_dropout_zeroes_whole_heads_in_training_only():
+    """Attention-head dropout (paper B's recipe, core.train): p = 1 drops every head, the
+    same as zeroing every block's output projection weights (its bias stays); p = 0 and
+    evaluation mode leave the model as it is; and a partial mask drops exactly the heads
+    whose rows of the projection a hand-made copy zeroes, per example."""
+    import copy
+
+    model = _tiny_gpt2().train()
+    tokens = torch.randint(11, (3, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = model(input_ids=tokens).logits
+        headless = copy.deepcopy(model)
+        for block in headless.transformer.h:
+            block.attn.c_proj.weight.zero_()
+        all_dropped = train.head_dropout_logits_fn(1.0, 2)(model, tokens)
+        torch.testing.assert_close(all_dropped, headless(input_ids=tokens).logits, rtol=0, atol=1e-6)
+        assert not torch.allclose(all_dropped, plain, atol=1e-3)
+        model.eval()  # the hooks only act in training
+        torch.testing.assert_close(model(input_ids=tokens).logits, plain, rtol=0, atol=0)
+        model.train()
+        train.remove_head_dropout(model)
+        torch.testing.assert_close(train.head_dropout_logits_fn(0.0, 2)(model, tokens), plain, rtol=0, atol=0)
+        train.remove_head_dropout(model)
+
+        # p = 0.5: the masks are drawn as rand(layers, batch, heads) >= p from a generator seeded 7
+        keep = torch.rand(2, 3, 2, generator=torch.Generator().manual_seed(7)) >= 0.5
+        clean = copy.deepcopy(model)  # no hooks: the references below have none
+        got = train.head_dropout_logits_fn(0.5, 2, seed=7)(model, tokens)
+        for b in range(3):
+            ref = copy.deepcopy(clean)
+            for layer, block in enumerate(ref.transformer.h):
+                for h in range(2):
+                    if not keep[layer, b, h]:  # Conv1D: input features are the weight's rows
+                        block.attn.c_proj.weight[h * 4 : (h + 1) * 4].zero_()
+            torch.testing.assert_close(got[b], ref(input_ids=tokens[b : b + 1]).logits[0], rtol=0, atol=1e-6)
+    assert 0 < int(keep.sum()) < keep.numel()
+    train.remove_head_dropout(model)
+    for block in model.transformer.h:
+        assert not hasattr(block.attn.c_proj, "_sr_handle") and not block.attn.c_proj._forward_pre_hooks
+
+
+def test_papers_b_and_c_train_the_toy_ioi_model_alike(tmp_path):
+    """Paper B (coax.ioi_experiment.train_toy) and paper C (gim.training.train_toy_ioi)
+    train the toy IOI model through the one core function on tasks.ioi's data: the same
+    arguments give the same weights, bit for bit."""
+    from safetensors.torch import load_file
+
+    from selfrepair.coax.ioi_experiment import train_toy
+    from selfrepair.gim.training import train_toy_ioi
+    from selfrepair.tasks.counterfactual import ToyIOI
+
+    kw = dict(lr=1e-3, batch_size=8, max_steps=6, eval_every=3)
+    b, res = train_toy(1, 2, 16, 32, seed=4, head_dropout=0.1, target_accuracy=0.99, **kw)
+    meta = train_toy_ioi(ToyIOI(), tmp_path, 1, 2, 16, 32, 4, head_dropout=0.1, **kw)
+    c = load_file(tmp_path / "model.safetensors")
+    assert meta["steps"] == res.steps == 6 and meta["accuracy"] == res.final_accuracy
+    state = {k: v for k, v in b.state_dict().items() if k in c}
+    assert set(state) == set(c) and all(torch.equal(state[k], c[k]) for k in c)
+    assert not b.training and not b.transformer.h[0].attn.c_proj._forward_pre_hooks

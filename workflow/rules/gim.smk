@@ -67,7 +67,6 @@ G_M = f"{G_DIR}/{{gtask}}/{{gmodel}}/seed{{gseed}}"
 G_CLAIMS = PUBLISHED
 G_TRAIN_CODE = (
     "gim/training",
-    "coax/ioi_experiment",
     "core/train",
     "core/models",
     "tasks/counterfactual",

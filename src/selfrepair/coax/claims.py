@@ -6,8 +6,9 @@ config/published.yaml's ``coax`` section, each a measured value with its interva
 ``measured_claims`` is the entry point; ``_claims_from`` reads one family of tables (the
 toy models' or the paper's own models'); ``IOI_AUC_CLAIMS`` maps the IOI ROC-AUC claims
 to the discovery methods of ``score.ioi_summary``; ``R21_*`` say why the COAX release's
-other figures are not run. The tables themselves are computed in :mod:`selfrepair.coax.score`
-and :mod:`selfrepair.coax.real_models`.
+other figures are not run; ``EXPERIMENT_CLAIMS`` (``status_with_claims``) names the claims
+each experiment on the papers' own models bears on. The tables themselves are computed in
+:mod:`selfrepair.coax.score` and :mod:`selfrepair.coax.real_models`, which import no claims.
 """
 
 from __future__ import annotations
@@ -344,6 +345,47 @@ def measured_claims(synthetic: pd.DataFrame | None, toy: dict, real: dict, not_r
 
 
 # ---- the papers' own models (coax.real_models' status and wake-up tables) ----
+# The claim ids each experiment of coax.real_models bears on: its status rows' ``claims``
+IOI_CLAIMS = list(IOI_AUC_CLAIMS) + [
+    "ioi_top20_hits",
+    "ioi_coax_beats_atp_star",
+    "freeze_repair_removed",
+    "recovery_drop_primaries",
+    "recovery_drop_with_coax",
+    "knockout_clean",
+    "knockout_primaries",
+    "knockout_coax",
+    "knockout_oracle",
+    "knockout_own_topk",
+    "wakeup_ratio_0",
+    "wakeup_ratio_1",
+    "wakeup_ratio_2",
+    "wakeup_ratio_3",
+    "wakeup_random_flat",
+]
+EXPERIMENT_CLAIMS = {
+    "ioi": IOI_CLAIMS,
+    "wakeup": ["wakeup_scales"],
+    "induction": ["induction_ratio_range"],
+    "pruning": ["pruning_beats_baselines", "pruning_coax_ppl_50", "pruning_taylor_ppl_50"],
+}
+
+
+def status_with_claims(status: pd.DataFrame) -> pd.DataFrame:
+    """``coax.real_models.run_real_models``' status table with a ``claims`` column after
+    ``reason``: the claim ids (space-separated) its row's experiment bears on
+    (:data:`EXPERIMENT_CLAIMS`), which ``scripts/coax_published.py`` marks not run with
+    the row's reason when it did not run, and :func:`model_files` credits when it did."""
+    unknown = sorted(set(status["experiment"]) - set(EXPERIMENT_CLAIMS))
+    if unknown:
+        raise ValueError(
+            f"status rows of experiments {unknown} name no claims; add them to coax.claims.EXPERIMENT_CLAIMS"
+        )
+    out = status.copy()
+    out.insert(out.columns.get_loc("reason") + 1, "claims", [" ".join(EXPERIMENT_CLAIMS[e]) for e in out["experiment"]])
+    return out
+
+
 def model_files(status: pd.DataFrame) -> dict:
     """{claim id: 'model at folder (identity ...)'} for the claims measured on real
     models that ran: which model files produced each real-model number."""

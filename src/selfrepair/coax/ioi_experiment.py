@@ -1,5 +1,5 @@
 """Paper B's IOI experiments on the toy IOI language of :mod:`selfrepair.tasks.ioi`:
-training a toy model with attention-head dropout, the ground truth by brute force, and
+training a toy model with attention-head dropout (core.train), the ground truth by brute force, and
 COAX with its baselines (discovery, wake-up, freezing, recovery and knockout)."""
 
 from __future__ import annotations
@@ -11,57 +11,14 @@ from selfrepair.coax import baselines
 from selfrepair.coax import score as coax
 from selfrepair.core.components import parse
 from selfrepair.core.interventions import Prefix, first_layer, make_hooks, run_resumed
-from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config
 from selfrepair.core.stats import recall_at_k, roc_auc
-from selfrepair.core.train import train
-from selfrepair.tasks.ioi import BOS, PROMPT_LEN, TOKEN, VOCAB, IOIPrompts, accuracy, lm_batch, logit_diff, sample_toy
+from selfrepair.core.train import train_gpt2_head_dropout
+from selfrepair.tasks.ioi import TOY_SHAPE, IOIPrompts, accuracy, logit_diff, toy_training
 
 
 # ----------------------------------------------------------------------------------
 # Training a toy IOI model with attention-head dropout
 # ----------------------------------------------------------------------------------
-def head_dropout_logits_fn(p: float, n_heads: int, seed: int = 0):
-    """A ``logits_fn`` for :func:`selfrepair.core.train.train` that zeroes each head's output
-    independently with probability ``p`` (per example, layer and head) in training.
-
-    GPT-2 only: a pre-hook on each block's ``attn.c_proj``, whose input is the
-    concatenation of the heads' outputs z. No rescaling; at test time every head is
-    present, so the model learns to tolerate missing heads (self-repair).
-    Call :func:`remove_head_dropout` on the model after training.
-    """
-    g = torch.Generator().manual_seed(seed)
-
-    def pre(module, args):
-        m = getattr(module, "_sr_mask", None)
-        if m is None or not module.training:
-            return None
-        x = args[0]
-        b, t, d = x.shape
-        m = m.to(x.device, x.dtype)
-        return ((x.view(b, t, n_heads, d // n_heads) * m[:, None, :, None]).view(b, t, d),) + tuple(args[1:])
-
-    def logits_fn(model, tokens):
-        blocks = model.transformer.h
-        if p > 0:
-            masks = (torch.rand(len(blocks), tokens.shape[0], n_heads, generator=g) >= p).float()
-            for i, block in enumerate(blocks):
-                if not hasattr(block.attn.c_proj, "_sr_handle"):
-                    block.attn.c_proj._sr_handle = block.attn.c_proj.register_forward_pre_hook(pre)
-                block.attn.c_proj._sr_mask = masks[i]
-        return model(input_ids=tokens).logits
-
-    return logits_fn
-
-
-def remove_head_dropout(model) -> None:
-    for block in model.transformer.h:
-        proj = block.attn.c_proj
-        if hasattr(proj, "_sr_handle"):
-            proj._sr_handle.remove()
-            del proj._sr_handle
-        proj._sr_mask = None
-
-
 def train_toy(
     n_layers: int,
     n_heads: int,
@@ -76,32 +33,13 @@ def train_toy(
     target_accuracy: float | None = None,
     device: str = "cpu",
 ):
-    """Train a GPT-2 toy IOI model from scratch; returns (model, TrainResult)."""
-
-    cfg = gpt2_toy_config(VOCAB, n_layers, n_heads, d_model, d_mlp, n_ctx=PROMPT_LEN + 1, bos_token_id=TOKEN[BOS])
-    model = build_gpt2_toy(cfg, seed=seed, positional=True)
-    val = sample_toy(256, seed=10_000 + seed)
-
-    def batch_fn(step):
-        return lm_batch(sample_toy(batch_size, seed=seed * 1_000_003 + step))
-
-    def eval_fn(m):
-        with torch.no_grad():
-            return accuracy(m(input_ids=val.tokens.to(next(m.parameters()).device)).logits.cpu(), val)
-
-    res = train(
-        model,
-        batch_fn,
-        eval_fn,
-        lr=lr,
-        max_steps=max_steps,
-        eval_every=eval_every,
-        target_accuracy=target_accuracy,
-        device=device,
-        logits_fn=head_dropout_logits_fn(head_dropout, n_heads, seed),
-    )
-    remove_head_dropout(model)
-    return model.eval(), res
+    """Train a GPT-2 toy IOI model from scratch with paper B's recipe (attention-head
+    dropout, :func:`selfrepair.core.train.train_gpt2_head_dropout` on the toy IOI data of
+    :func:`selfrepair.tasks.ioi.toy_training`); returns (model, TrainResult)."""
+    return train_gpt2_head_dropout(
+        TOY_SHAPE, toy_training, n_layers, n_heads, d_model, d_mlp, seed, head_dropout, lr, batch_size,
+        max_steps, eval_every, target_accuracy, device,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 
 from selfrepair.coax import induction_experiment, ioi_experiment
-from selfrepair.coax.claims import IOI_AUC_CLAIMS
 from selfrepair.coax.score import ioi_summary, release_vocab, scan, wake_up_curve
 from selfrepair.core.components import head_components, parse
 from selfrepair.core.models import (
@@ -27,26 +26,6 @@ from selfrepair.tasks import ioi
 
 log = logging.getLogger(__name__)
 
-IOI_CLAIMS = list(IOI_AUC_CLAIMS) + [
-    "ioi_top20_hits",
-    "ioi_coax_beats_atp_star",
-    "freeze_repair_removed",
-    "recovery_drop_primaries",
-    "recovery_drop_with_coax",
-    "knockout_clean",
-    "knockout_primaries",
-    "knockout_coax",
-    "knockout_oracle",
-    "knockout_own_topk",
-    "wakeup_ratio_0",
-    "wakeup_ratio_1",
-    "wakeup_ratio_2",
-    "wakeup_ratio_3",
-    "wakeup_random_flat",
-]
-WAKEUP_CLAIMS = ["wakeup_scales"]
-INDUCTION_CLAIMS = ["induction_ratio_range"]
-PRUNING_CLAIMS = ["pruning_beats_baselines", "pruning_coax_ppl_50", "pruning_taylor_ppl_50"]
 PRUNING_NOT_RUN = (
     "WikiText-2 and GPT-2 pruning need data and weights that are not on this machine (no downloads); "
     "the toy grammar LM stands in"
@@ -65,7 +44,8 @@ def _ioi_heads_for(bridge, prompts, heads, n_primary=3, backup_frac=0.2, max_row
     return p, b, "brute force"
 
 
-STATUS_COLUMNS = ["model", "experiment", "status", "reason", "claims", "folder", "identity"]
+# the claim ids each row bears on are added by coax.claims.status_with_claims (its ``claims`` column)
+STATUS_COLUMNS = ["model", "experiment", "status", "reason", "folder", "identity"]
 
 
 def _fit_rows(bridge, length: int, max_rows: int) -> int:
@@ -110,7 +90,7 @@ class _Models:
             self.cache.pop(name, None)
 
 
-def _attempt(rows: list, models: _Models, name: str, experiment: str, claims: list[str], run) -> bool:
+def _attempt(rows: list, models: _Models, name: str, experiment: str, run) -> bool:
     """Run one model x experiment; its status row either way. A failure (weights absent,
     prompts longer than the context, an error inside) is a 'not run' row with the reason,
     and the other models' and experiments' results are kept. An edited model folder
@@ -132,7 +112,6 @@ def _attempt(rows: list, models: _Models, name: str, experiment: str, claims: li
             "experiment": experiment,
             "status": "ran" if ok else "not run",
             "reason": reason,
-            "claims": " ".join(claims),
             "folder": folder,
             "identity": identity,
         }
@@ -235,10 +214,11 @@ def run_real_models(
 
     Writes tables under ``out_dir`` (same formats as the toy tables) and returns the
     status table (:data:`STATUS_COLUMNS`): one row per model x experiment, 'ran' or
-    'not run' with the reason, the claims it bears on, and the model's folder and
-    identity hash (:func:`models.model_identity`), so a real model's numbers can be told
+    'not run' with the reason, and the model's folder and identity hash (:func:`models.model_identity`), so a real model's numbers can be told
     from a stand-in's. One model x experiment that fails costs its row, not the others'
     tables. Long parts log their progress every ``every`` seconds (:class:`Progress`).
+    The claims each row bears on are paper B's claims module's to say
+    (``coax.claims.status_with_claims``).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -252,7 +232,7 @@ def run_real_models(
 
     name = real["ioi_model"]
     _attempt(
-        rows, models, name, "ioi", IOI_CLAIMS,
+        rows, models, name, "ioi",
         lambda: _run_ioi(models.boot(name), name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows, every),
     )  # fmt: skip
     done_with(name, 0)
@@ -266,7 +246,7 @@ def run_real_models(
             )
             return f"{len(wake_rows[-1])} wake-up rows"
 
-        _attempt(rows, models, name, "wakeup", WAKEUP_CLAIMS, wake)
+        _attempt(rows, models, name, "wakeup", wake)
         done_with(name, 1 + i)
     if wake_rows:
         pd.concat(wake_rows, ignore_index=True).to_csv(out_dir / "wakeup_models.csv", index=False)
@@ -278,7 +258,7 @@ def run_real_models(
             ind_tabs[name] = _run_induction(models.boot(name), name, real, ind_cfg, top_r, max_rows, every)
             return f"{len(ind_tabs[name])} ablation sets"
 
-        _attempt(rows, models, name, "induction", INDUCTION_CLAIMS, induction)
+        _attempt(rows, models, name, "induction", induction)
         done_with(name, 1 + len(real["wakeup_models"]) + i)
     if ind_tabs:
         induction_experiment.ratio_table(ind_tabs).to_csv(out_dir / "induction.csv", index=False)
@@ -288,7 +268,6 @@ def run_real_models(
             "experiment": "pruning",
             "status": "not run",
             "reason": f"not run: {PRUNING_NOT_RUN}",
-            "claims": " ".join(PRUNING_CLAIMS),
             "folder": "",
             "identity": "",
         }

@@ -12,6 +12,11 @@ steps, whichever comes first. In a rule script that logger writes to the rule's 
 (``runtime.start``); elsewhere it is silent unless logging is configured, and it never
 writes to stdout. It only reads the clock and numbers the loop already has: the weights
 and the trajectory are the same with or without it.
+
+Attention-head dropout (paper B's recipe, which paper C also uses for its toy IOI task):
+:func:`head_dropout_logits_fn` zeroes GPT-2 heads at random in training,
+:func:`remove_head_dropout` takes it off again, and :func:`train_gpt2_head_dropout` trains
+a fresh GPT-2 toy with it, given the task's data functions (``tasks.ioi.toy_training``).
 """
 
 from __future__ import annotations
@@ -138,3 +143,96 @@ def train(
     model.eval()
     reached = target_accuracy is None or acc >= target_accuracy
     return TrainResult(max_steps, reached, acc, time.perf_counter() - t0, log)
+
+
+# ----------------------------------------------------------------------------------
+# Attention-head dropout (GPT-2)
+# ----------------------------------------------------------------------------------
+def head_dropout_logits_fn(p: float, n_heads: int, seed: int = 0):
+    """A ``logits_fn`` for :func:`train` that zeroes each head's output independently
+    with probability ``p`` (per example, layer and head) in training.
+
+    GPT-2 only: a pre-hook on each block's ``attn.c_proj``, whose input is the
+    concatenation of the heads' outputs z. No rescaling; at test time every head is
+    present, so the model learns to tolerate missing heads (self-repair).
+    Call :func:`remove_head_dropout` on the model after training.
+    """
+    g = torch.Generator().manual_seed(seed)
+
+    def pre(module, args):
+        m = getattr(module, "_sr_mask", None)
+        if m is None or not module.training:
+            return None
+        x = args[0]
+        b, t, d = x.shape
+        m = m.to(x.device, x.dtype)
+        return ((x.view(b, t, n_heads, d // n_heads) * m[:, None, :, None]).view(b, t, d),) + tuple(args[1:])
+
+    def logits_fn(model, tokens):
+        blocks = model.transformer.h
+        if p > 0:
+            masks = (torch.rand(len(blocks), tokens.shape[0], n_heads, generator=g) >= p).float()
+            for i, block in enumerate(blocks):
+                if not hasattr(block.attn.c_proj, "_sr_handle"):
+                    block.attn.c_proj._sr_handle = block.attn.c_proj.register_forward_pre_hook(pre)
+                block.attn.c_proj._sr_mask = masks[i]
+        return model(input_ids=tokens).logits
+
+    return logits_fn
+
+
+def remove_head_dropout(model) -> None:
+    """Take :func:`head_dropout_logits_fn`'s hooks and masks off ``model``."""
+    for block in model.transformer.h:
+        proj = block.attn.c_proj
+        if hasattr(proj, "_sr_handle"):
+            proj._sr_handle.remove()
+            del proj._sr_handle
+        proj._sr_mask = None
+
+
+def train_gpt2_head_dropout(
+    shape: dict,
+    data: Callable[[int, int], tuple[Callable, Callable]],
+    n_layers: int,
+    n_heads: int,
+    d_model: int,
+    d_mlp: int,
+    seed: int,
+    head_dropout: float,
+    lr: float,
+    batch_size: int,
+    max_steps: int,
+    eval_every: int,
+    target_accuracy: float | None,
+    device: str = "cpu",
+):
+    """Train a fresh GPT-2 toy (GPT-2's own init, learned positions) with attention-head
+    dropout ``head_dropout``; returns (model in eval mode, :class:`TrainResult`).
+
+    ``shape``: the task's ``vocab_size``, ``n_ctx`` and ``bos_token_id``;
+    ``data(batch_size, seed) -> (batch_fn, eval_fn)``: the task's training batches and
+    its evaluation (``tasks.ioi.TOY_SHAPE`` and ``tasks.ioi.toy_training``). The model is
+    built (``seed``) before ``data`` is called, and the dropout masks draw from their own
+    generator seeded with ``seed``.
+    """
+    from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config  # core.train's import stays light
+
+    cfg = gpt2_toy_config(
+        shape["vocab_size"], n_layers, n_heads, d_model, d_mlp, n_ctx=shape["n_ctx"], bos_token_id=shape["bos_token_id"]
+    )
+    model = build_gpt2_toy(cfg, seed=seed, positional=True)
+    batch_fn, eval_fn = data(batch_size, seed)
+    res = train(
+        model,
+        batch_fn,
+        eval_fn,
+        lr=lr,
+        max_steps=max_steps,
+        eval_every=eval_every,
+        target_accuracy=target_accuracy,
+        device=device,
+        logits_fn=head_dropout_logits_fn(head_dropout, n_heads, seed),
+    )
+    remove_head_dropout(model)
+    return model.eval(), res

@@ -2,17 +2,18 @@
 :mod:`selfrepair.tasks.counterfactual`: a small GPT-2 from scratch on the clean prompts
 (next-token loss at the answer position only), saved with a word-level tokenizer, so
 that ``models.load_bridge`` boots it like any local Hugging Face model. The toy IOI task
-is trained with paper B's own recipe (``coax.ioi_experiment.train_toy``).
+is trained with paper B's own recipe, attention-head dropout
+(``core.train.train_gpt2_head_dropout`` on ``tasks.ioi.toy_training``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from selfrepair.coax.ioi_experiment import train_toy
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, save_model
-from selfrepair.core.train import train
+from selfrepair.core.train import train, train_gpt2_head_dropout
 from selfrepair.tasks.counterfactual import CounterfactualBatch, ToyIOI, lm_batch, save_word_tokenizer
+from selfrepair.tasks.ioi import TOY_SHAPE, toy_training
 
 
 def accuracy(model, data: CounterfactualBatch) -> float:
@@ -81,21 +82,14 @@ def train_toy_ioi(
     eval_every=250,
     target_accuracy=0.99,
     device="cpu",
+    head_dropout=0.1,
 ) -> dict:
-    """The toy IOI task, trained with paper B's recipe (attention-head dropout)."""
-    model, res = train_toy(
-        n_layers,
-        n_heads,
-        d_model,
-        d_mlp,
-        seed,
-        lr=lr,
-        batch_size=batch_size,
-        max_steps=max_steps,
-        eval_every=eval_every,
-        target_accuracy=target_accuracy,
-        device=device,
-    )
+    """The toy IOI task, trained with paper B's recipe (attention-head dropout, 0.1 as
+    paper B's ``coax.ioi_experiment.train_toy``)."""
+    model, res = train_gpt2_head_dropout(
+        TOY_SHAPE, toy_training, n_layers, n_heads, d_model, d_mlp, seed, head_dropout, lr, batch_size,
+        max_steps, eval_every, target_accuracy, device,
+    )  # fmt: skip
     return _save(model, folder, task, seed, res)
 
 

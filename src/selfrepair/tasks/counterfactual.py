@@ -93,7 +93,8 @@ class ToyIOI:
 
     Counterfactual: MIB's ``s2_io_flip_counterfactual`` (the second subject S2 replaced
     by the indirect object, which makes S the expected answer); answer IO, foil S.
-    Trained with paper B's own recipe (``selfrepair.coax.ioi_experiment.train_toy``).
+    Trained with paper B's own recipe (``selfrepair.core.train.train_gpt2_head_dropout`` on
+    ``selfrepair.tasks.ioi.toy_training``, as ``gim.training.train_toy_ioi`` does).
     """
 
     name = "ioi"

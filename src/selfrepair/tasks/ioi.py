@@ -19,7 +19,8 @@ positions, and the IOI metric is logit[IO] - logit[S] at the last prompt positio
   names the tokenizer splits left out and prompts of another length skipped.
 
 The name, place and object lists and the template are the release's (the same as
-the toy language's).
+the toy language's). ``TOY_SHAPE`` and ``toy_training`` are the toy model's shape and
+training data, for ``core.train.train_gpt2_head_dropout``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,27 @@ def logit_diff(logits: torch.Tensor, prompts: IOIPrompts, reduce: bool = True) -
 
 def accuracy(logits: torch.Tensor, prompts: IOIPrompts) -> float:
     return float((logit_diff(logits, prompts, reduce=False) > 0).float().mean())
+
+
+# The toy IOI model's shape and training data, for core.train.train_gpt2_head_dropout
+TOY_SHAPE = {"vocab_size": VOCAB, "n_ctx": PROMPT_LEN + 1, "bos_token_id": TOKEN[BOS]}
+
+
+def toy_training(batch_size: int, seed: int, n_val: int = 256):
+    """(batch_fn, eval_fn) of a toy IOI model trained with ``seed``: ``batch_fn(step)``,
+    ``batch_size`` fresh prompts per step (seed ``seed * 1_000_003 + step``) as an LM
+    batch; ``eval_fn(model)``, the IOI accuracy on ``n_val`` held-out prompts (seed
+    ``10_000 + seed``), drawn here."""
+    val = sample_toy(n_val, seed=10_000 + seed)
+
+    def batch_fn(step):
+        return lm_batch(sample_toy(batch_size, seed=seed * 1_000_003 + step))
+
+    def eval_fn(m):
+        with torch.no_grad():
+            return accuracy(m(input_ids=val.tokens.to(next(m.parameters()).device)).logits.cpu(), val)
+
+    return batch_fn, eval_fn
 
 
 PROMPT_STYLES = ("authors", "bos-torch")
