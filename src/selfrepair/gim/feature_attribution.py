@@ -74,6 +74,7 @@ def attribute(
 
 
 def _attribute(bridge, tokens, pos, target, baseline_id, method, ig_steps, config):
+    tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
     emb = _embed(bridge, tokens)
     base = _embed(bridge, torch.full_like(tokens, baseline_id))
     if method in ("gim", "lrp_cp"):

@@ -32,7 +32,7 @@ def patterns(bridge, tokens: torch.Tensor) -> torch.Tensor:
         for layer in range(n_layers)
     ]
     with torch.no_grad():
-        bridge.run_with_hooks(tokens, fwd_hooks=hooks)
+        bridge.run_with_hooks(tokens.to(next(bridge.parameters()).device), fwd_hooks=hooks)  # host tokens follow
     return torch.stack([store[layer] for layer in range(n_layers)], dim=1)
 
 
