@@ -278,4 +278,4 @@ def attention_stats(patterns: Sequence[torch.Tensor]) -> pd.DataFrame:
 
 def mean_attention_pattern(patterns: Sequence[torch.Tensor], layer: int, head: int) -> np.ndarray:
     """Attention pattern [T, T] of one head, averaged over the batch."""
-    return patterns[layer][:, head].float().mean(0).numpy()
+    return patterns[layer][:, head].float().mean(0).cpu().numpy()
