@@ -47,6 +47,8 @@ def test_a_host_operand_fails_as_on_cuda(cuda):
         x + torch.ones(3)
     with pytest.raises(ec.DeviceMismatch):
         torch.cat([x, torch.ones(3)])
+    with pytest.raises(ec.DeviceMismatch, match="indices"):
+        torch.arange(5)[torch.tensor([1, 2]).cuda()]  # a host tensor, device indices
     with pytest.raises(TypeError, match="numpy"):
         x.numpy()
     with pytest.raises(TypeError, match="numpy"):
@@ -139,6 +141,53 @@ def test_heroes_scoring_paths_on_cuda(cuda):
     assert all(torch.equal(a, b) for a, b in zip(dev[2], host[2])) and dev[3] == host[3]
 
 
+def test_training_loop_on_cuda(cuda):
+    """core/train.py's loop (every training rule: heroes_train, heroes_grid_train,
+    gim_train, coax_*_train) with host batches and heroes_train's evaluation."""
+    from selfrepair.core.train import train
+    from selfrepair.heroes import scores
+    from selfrepair.tasks import sequences as S
+
+    def batch_fn(step):
+        return S.make_padded_batch("sort", [3, 4, 5, 4], torch.Generator().manual_seed(step))
+
+    def run(device):
+        model = _heroes_model()
+        res = train(model, batch_fn, lambda m: scores.id_accuracy(m, "sort", 3, 4, 8, 1), lr=1e-3, max_steps=3,
+                    eval_every=3, target_accuracy=None, device=device, progress_seconds=None)  # fmt: skip
+        return res, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    ec.uninstall()
+    host, host_w = run("cpu")
+    ec.install()
+    dev, dev_w = run("cuda")
+    assert all(torch.equal(dev_w[k], host_w[k]) for k in host_w)
+    assert dev.steps == host.steps
+
+
+def test_heroes_gradients_on_cuda(cuda):
+    """heroes_scores' gradient norms and heroes_probe's attention statistics."""
+    from selfrepair.core import attribution, engine
+    from selfrepair.core.components import all_components
+    from selfrepair.heroes import scores
+    from selfrepair.tasks import sequences as S
+
+    model = _heroes_model()
+    comps = all_components(model.config.n_layer, model.config.n_head)
+    batches = [S.eval_set("sort", 4, 8, s) for s in (1, 2)]
+
+    def run(device):
+        norms = attribution.gradient_norms_gpt2(model, [b.to(device) for b in batches], comps, scores.lm_loss, "sqrt")
+        pats = engine.AblationEngine(model).attention_patterns(batches[0].tokens.to(device))
+        return norms, scores.attention_stats(pats), scores.mean_attention_pattern(pats, 0, 1)
+
+    host = run("cpu")
+    model.to("cuda")
+    dev = run("cuda")
+    assert {k: list(v) for k, v in dev[0].items()} == {k: list(v) for k, v in host[0].items()}
+    assert dev[1].equals(host[1]) and np.array_equal(dev[2], host[2])
+
+
 # ------------------------------------------------------------- paper C ------------
 def _gim_bridge(device):
     from selfrepair.core.models import load_bridge
@@ -183,6 +232,37 @@ def test_gim_forward_activations_with_host_tokens(cuda):
     logits, acts = forward_activations(bridge, graph, data.clean)
     assert logits.device.type == "cuda"
     assert torch.equal(logits.cpu(), logits_h) and torch.equal(acts.cpu(), acts_h)
+
+
+def test_gim_selfrepair_speed_and_fa_on_cuda(cuda):
+    """gim_selfrepair, gim_speed (arithmetic toy) and gim_fa (classify toy) with the
+    task's host data."""
+    from selfrepair.core.models import load_bridge
+    from selfrepair.gim import feature_attribution as fa
+    from selfrepair.gim.attribute import speed
+    from selfrepair.gim.selfrepair_attention import attention_selfrepair
+    from selfrepair.tasks.registry import get_task
+
+    arith, classify = get_task("arithmetic"), get_task("classify")
+    data = arith.sample(6, seed=3)
+    fa_data, truth = classify.sample_with_truth(2, seed=4)
+    fa_model = CKPT / "gim" / "classify" / "tiny" / "seed0" / "model"
+
+    def run(device):
+        bridge = _gim_bridge(device)
+        per_input, rows = attention_selfrepair(bridge, data, 0.1)
+        sp = speed(bridge, data, 4)
+        df = fa.evaluate(load_bridge(fa_model, device), fa_data, truth, classify.id["<pad>"], ig_steps=2)
+        return per_input, rows, sp, df
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    dev = run("cuda")
+    assert dev[0].equals(host[0]) and dev[1].equals(host[1]) and dev[3].equals(host[3])
+    assert {k: v for k, v in dev[2].items() if not k.endswith("_s")}.keys() == host[2].keys() - {
+        k for k in host[2] if k.endswith("_s")
+    }
 
 
 METHODS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["gim"]["methods"]

@@ -100,10 +100,19 @@ def _move(func, args, kwargs):
 
 # Ops whose host tensor arguments CUDA accepts beside device tensors: the indices of
 # advanced indexing (and the value written through them), and copies across devices.
-_MIXED_OK = {_T.__getitem__, _T.__setitem__, _T.copy_, torch.Tensor.index_put_, torch.index_put}
+_MIXED_OK = {_T.__getitem__, _T.__setitem__, _T.copy_, _T.index_put_, torch.index_put}
+
+
+_INDEXING = {_T.__getitem__, _T.__setitem__, _T.index_put_, torch.index_put}
 
 
 def _check(func, args, kwargs) -> None:
+    if func in _INDEXING and not isinstance(args[0], EmulatedCuda):
+        if any(isinstance(t, EmulatedCuda) for t in tree_flatten(args[1])[0]):
+            raise DeviceMismatch(
+                "indices should be either on cpu or on the same device as the indexed tensor (cpu) "
+                f"(a host tensor indexed by cuda indices; emulated CUDA, {ENV})"
+            )
     flat, _ = tree_flatten((args, kwargs))
     tensors = [a for a in flat if isinstance(a, _T)]
     on_device = [t for t in tensors if isinstance(t, EmulatedCuda)]

@@ -72,6 +72,7 @@ def _ablate(bridge, data: CounterfactualBatch, jobs: list[tuple], batch_size: in
 
 def attention_selfrepair(bridge, data: CounterfactualBatch, threshold: float = 0.1, batch_size: int = 256):
     """(per-input occurrences, per-row single/joint ablation effects) as DataFrames."""
+    data = data.to(next(bridge.parameters()).device)  # host data follows the model (a no-op on the CPU)
     pat = patterns(bridge, data.clean)
     occ = occurrences(pat, threshold)
     with torch.no_grad():
