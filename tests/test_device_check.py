@@ -294,8 +294,8 @@ def test_mib_every_method_on_cuda(cuda, mib_stand_in):
     ec.install()
     status, table, _ = run_mib(models, ["ioi"], METHODS, device="cuda", **kw)
     assert (status.status == "ran").all(), status.reason.tolist()
-    assert sorted(table.method.unique()) == sorted(host.method.unique()) and len(table) == len(host)
-    cols = [c for c in ("cpr", "cmd") if c in table]
+    assert set(table.method) == set(METHODS) == set(host.method) and len(table) == len(host) == 2 * len(METHODS)
+    cols = ["cpr", "cmd"]
     assert np.allclose(table[cols].to_numpy(float), host[cols].to_numpy(float), equal_nan=True)
 
 
@@ -325,3 +325,22 @@ def test_coax_real_on_cuda(cuda, tiny_real_models, tmp_path):  # noqa: F811
     assert (ran.status == "ran").all(), ran.reason.tolist()
     for f in sorted((tmp_path / "cpu").glob("*.csv")):
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cuda" / f.name), pd.read_csv(f), check_exact=False)
+
+
+def test_coax_pruning_on_cuda(cuda):
+    """coax_pruning's entry point (run_pruning) on the golden pruning LM, its inputs moved
+    as the rule moves them."""
+    from selfrepair.coax import pruning
+    from selfrepair.core.models import load_bridge
+    from selfrepair.tasks import lm
+
+    calib, evalset = lm.sample(4, 24, 80_000), lm.sample(8, 24, 90_000)
+
+    def run(device):
+        bridge = load_bridge(CKPT / "coax" / "pruning" / "model", device)
+        return pruning.run_pruning(bridge, calib.to(device), evalset.to(device), [0.0, 0.5], 0, "v1", 16, 2048)[0]
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    assert run("cuda").equals(host)
