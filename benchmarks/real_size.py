@@ -23,6 +23,8 @@ kept, so the models can be measured one at a time):
     python benchmarks/real_size.py --models gpt2 --parts ioi wakeup mib:eap
     python benchmarks/real_size.py --list           # the models and parts it knows
 
+``--device cuda`` runs the rules on a GPU (``--max-params`` then sizes GPU memory).
+
 Random weights say nothing about the papers' numbers; they say that the path runs at
 that size, how long it takes and how much memory it needs.
 """
@@ -276,13 +278,15 @@ def run_part(name: str, part: str, root: Path, info: dict, args) -> dict:
     mib = part.startswith("mib:")
     target = "results/gim/mib/status.csv" if mib else "results/coax/real/status.csv"
     bench = d / ("benchmarks/gim/mib.tsv" if mib else "benchmarks/coax/real.tsv")
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(d),
+    # python -m snakemake: no `snakemake` script beside sys.executable where the packages
+    # were installed with pip's --target (the GPU bundle, benchmarks/gpu)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(d),
            "--configfile", str(ROOT / "config" / "config.yaml"), str(d / "real_size.yaml"),
-           "--config", "device=cpu", f"threads={args.threads}", "--cores", str(args.threads), "--forcerun",
+           "--config", f"device={args.device}", f"threads={args.threads}", "--cores", str(args.threads), "--forcerun",
            "gim_mib" if mib else "coax_real", "--", target]  # fmt: skip
     t = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    row = {**info, "part": part, "machine": machine(), "commit": commit(), "threads": args.threads,
+    row = {**info, "part": part, "machine": machine(), "commit": commit(), "device": args.device, "threads": args.threads,
            "n": args.n_eval if mib else args.n_prompts}  # fmt: skip
     row["snakemake_s"] = round(time.perf_counter() - t, 1)
     if r.returncode != 0 or not bench.exists():
@@ -377,6 +381,7 @@ def main(argv=None):
     ap.add_argument("--n-prompts", type=int, default=8)
     ap.add_argument("--n-eval", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the rules' device (default cpu)")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print --out as a markdown table and stop")

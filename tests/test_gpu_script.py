@@ -302,11 +302,58 @@ def test_the_prepared_folder_resolves_fits_and_sends_the_lock_minus_the_gpu_mach
 
     sent, there = pins(gb.WHEELS / "requirements.txt"), pins(gb.WHEELS / "gpu-has" / "requirements.txt")
     assert all(lock[n] == v for n, v in sent.items() if n != gb.PROJECT), "a version differs from the lock"
-    for n in ("snakemake", "snakemake-executor-plugin-slurm", "transformer-lens", "datasets", "pyarrow", "captum"):
+    for n in ("snakemake", "snakemake-executor-plugin-slurm", "transformer-lens", "datasets", "captum", *MUST_TRAVEL):
         assert n in sent, n
     for n in (*gb.GPU_HAS, "numpy", "huggingface-hub", "tokenizers", "safetensors", "pyyaml", "jinja2", *gb.LEFT_OUT):
         assert n in there and n not in sent, n
+    for n in IMAGE_HAS:
+        assert n in there and n not in sent, n
     assert "opentelemetry-sdk" not in sent, "wandb's own dependencies travel although wandb does not"
+    assert set(there) <= on_image() | set(gb.LEFT_OUT), set(there) - on_image()
+    assert gb.check_needed(gb.WHEELS) == []
+    assert wheels + tree <= 56, (wheels, tree)
+
+
+# Measured on the GPU machine (../shared/gpu/README.md): Snakemake needs these, the image
+# lacks them. And what the image has that the first bundle carried (pyarrow: 40 MB).
+MUST_TRAVEL = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
+IMAGE_HAS = ("pyarrow", "accelerate", "attrs", "certifi", "charset-normalizer", "einops", "jaxtyping", "protobuf",
+             "psutil", "requests", "sentencepiece", "tabulate", "urllib3", "wadler-lindig", "wrapt", "xxhash")  # fmt: skip
+
+
+def on_image() -> set[str]:
+    lines = (gb.HERE / "image-packages.txt").read_text().splitlines()
+    return {gb.canon(n) for n in lines if n and not n.startswith("#")}
+
+
+def test_every_distribution_the_run_needs_is_carried_or_on_the_image():
+    """The run's requirements (this environment's metadata, markers for the GPU
+    machine's Python 3.12): each one the image lacks travels (the four Snakemake needs
+    among them), each one it has does not; the copy of the image's list is the shared one."""
+    need = gb.needed_distributions()
+    image = on_image()
+    shared = Path("/work/shared/gpu/image-packages.txt")
+    if shared.exists():
+        assert image == {gb.canon(n) for n in shared.read_text().split()}, "the copy differs from the shared list"
+    assert len(image) > 150 and {"torch", "transformers", "pyarrow"} <= image
+    for n, where in need.items():
+        assert where == ("image" if n in image else "left out" if n in gb.LEFT_OUT else "carried"), n
+    for n in MUST_TRAVEL:
+        assert need.get(n) == "carried", n
+    for n in ("snakemake", "transformer-lens", "selfrepair", "sqlmodel"):
+        assert need[n] == "carried", n
+    for n in ("torch", "pyarrow", "numpy", "requests"):
+        assert need[n] == "image", n
+
+
+def test_a_placeholder_the_image_lacks_is_refused(folder, tmp_path):
+    d, src, lock = folder
+    image = tmp_path / "image.txt"
+    image.write_text("# made up\nnumpy\n")
+    problems = gb.check_folder(d, src, lock, image)
+    assert len(problems) == 1 and "gpu-has/ takes torch to be there" in problems[0], problems
+    image.write_text("torch\n")
+    assert gb.check_folder(d, src, lock, image) == []
 
 
 def test_a_step_is_stopped_at_its_deadline(tmp_path):

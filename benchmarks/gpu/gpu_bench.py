@@ -18,10 +18,13 @@ of the pins for TARGET, then `snakemake -n` of the run's two steps (gpu profile:
 run: `pip install --no-index --no-deps --require-hashes --target`.
 
 What pip cannot do, and this file does:
-- know what the GPU machine has. prepare resolves GPU_HAS for TARGET and writes
-  placeholder wheels of the result and of LEFT_OUT (wheels/gpu-has/: name, version+gpu,
-  no files, no requirements). pip takes them for those (a local version ranks above the
-  index's), so their dependencies stay out; they are never installed.
+- know what the GPU machine has: image-packages.txt beside this file lists it (IMAGE).
+  prepare resolves the run's requirements (the project, the plugins, GPU_HAS) at the
+  lock's versions and writes placeholder wheels of those on that list and of LEFT_OUT
+  (wheels/gpu-has/: name, version+gpu, no files, no requirements). pip takes them for
+  those (a local version ranks above the index's), so their dependencies stay out (the
+  image brings its own); they are never installed. Everything else needed travels: check
+  refuses a placeholder of a distribution the list does not have.
 - evaluate environment markers for another Python: pip evaluates them for the one it
   runs under, whatever --python-version says (pypa/pip#11010). So it runs under a Python
   3.12 (`pip --python`: PYTHON312, python3.12 on PATH, or pyenv's); prepare needs one.
@@ -69,7 +72,8 @@ REFERENCE = ROOT / "results" / "reference" / "runtime.csv"
 PROFILE = "workflow/profiles/gpu"
 PROJECT = "selfrepair"
 
-GPU_HAS = ("torch", "transformers", "pandas", "scipy", "seaborn", "matplotlib")  # and what they need
+GPU_HAS = ("torch", "transformers", "pandas", "scipy", "seaborn", "matplotlib")  # the run uses the image's
+IMAGE = HERE / "image-packages.txt"  # what the GPU machine's image has (read from ../shared/gpu/)
 LEFT_OUT = {
     "wandb": "transformer_lens imports it only in tools/training, which nothing here runs (20 MiB)",
     "pulp": "the ILP solver of Snakemake's default scheduler: the run passes --scheduler greedy (16 MiB)",
@@ -80,7 +84,7 @@ PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(28, 4, -1)] + [f"manylinux
 TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312"]
 TARGET += [a for p in PLATFORMS for a in ("--platform", p)]
 CARRY_LIMIT_MB = 64.0  # MiB a call carries: the working tree and the wheels together
-CARRY_MARGIN_MB = 4.0  # keep this much free
+CARRY_MARGIN_MB = 8.0  # keep this much free: at most 56 MiB carried
 REPACK_OVER = 1 << 20  # re-zip wheels above 1 MiB with LZMA
 
 # Step 1: paper A's training and scoring for 2 models, one toy each of papers B and C
@@ -100,6 +104,54 @@ class PlanError(RuntimeError):
 
 
 # -------------------- The wheels, by pip -----------------------------------------
+def image_packages(path: Path = IMAGE) -> set[str]:
+    """The distributions the GPU machine's image has (canonical names)."""
+    return {canon(line.strip()) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
+# The GPU machine's markers: its requirements are evaluated for this environment.
+GPU_MARKERS = {
+    "python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux", "platform_system": "Linux",
+    "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+}  # fmt: skip
+
+
+def run_roots() -> list[str]:
+    """What the run installs: the project and the lock's Snakemake executor plugins."""
+    lock = re.findall(r"^([A-Za-z0-9][\w.-]*)==", LOCK.read_text(), re.M)
+    return [PROJECT, *sorted({canon(n) for n in lock if canon(n).startswith("snakemake-executor-plugin-")})]
+
+
+def needed_distributions(roots=None, image: set[str] | None = None) -> dict[str, str]:
+    """Every distribution the run needs, from the installed distributions' metadata (this
+    environment holds the lock), with its requirements evaluated for the GPU machine
+    (GPU_MARKERS): name -> 'image' (the image has it; its own requirements are the image's),
+    'left out' (LEFT_OUT) or 'carried' (it must travel as a wheel)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    image = image_packages() if image is None else image
+    seen: dict[str, str] = {}
+    extras_seen: set[tuple[str, str]] = set()
+    todo = [(canon(r), "") for r in (roots or run_roots())]
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in extras_seen:
+            continue
+        extras_seen.add((name, extra))
+        where = "image" if name in image else "left out" if name in LEFT_OUT else "carried"
+        seen[name] = where
+        if where != "carried":
+            continue
+        for text in metadata.distribution(name).requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({**GPU_MARKERS, "extra": extra}):
+                todo += [(canon(req.name), e) for e in ("", *sorted(req.extras))]
+    return seen
+
+
 def python312() -> str | None:
     """A Python 3.12 for pip to run under: this one, PYTHON312, python3.12 or pyenv's."""
     if sys.version_info[:2] == PYTHON:
@@ -174,14 +226,17 @@ def prepare(folder: Path = WHEELS) -> int:
         shutil.copy(ROOT / "pyproject.toml", tmp)
         shutil.copytree(ROOT / "src", Path(tmp) / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         pip("wheel", "--no-deps", "--no-build-isolation", "-w", built, tmp)
-    gpu = pip("install", "--dry-run", "--ignore-installed", *TARGET, "-c", LOCK, *GPU_HAS, python=py, report=True)
-    there = {canon(d["metadata"]["name"]): d["metadata"]["version"] for d in gpu} | {n: lock[n] for n in LEFT_OUT}
-    placeholders(has, there)
     roots = [*built.glob(f"{PROJECT}-*.whl"), *sorted(n for n in lock if n.startswith("snakemake-executor-plugin-"))]
+    # All the run needs, at the lock's versions; those the image has become placeholders.
+    needed = pip("install", "--dry-run", "--ignore-installed", "-c", LOCK, *roots, *GPU_HAS, python=py, report=True)
+    image = image_packages()
+    found = {canon(d["metadata"]["name"]): d["metadata"]["version"] for d in needed}
+    there = {n: v for n, v in found.items() if n in image} | {n: lock[n] for n in LEFT_OUT}
+    placeholders(has, there)
     # --only-binary=:all: (which --platform needs) takes no sdist: where the index has only
     # one, its wheel is built here first (check says whether it fits the target). Without
     # the placeholders: a build would take them for its setuptools.
-    for d in pip("install", "--dry-run", "--ignore-installed", "-c", LOCK, *roots, python=py, report=True):
+    for d in needed:
         if canon(d["metadata"]["name"]) not in there and not d["download_info"]["url"].endswith(".whl"):
             pip("wheel", "--no-deps", "-w", built, d["download_info"]["url"], python=py)
     pip("download", *TARGET, "-c", LOCK, "--find-links", has, "--find-links", built, "-d", stage, *roots, python=py)
@@ -193,11 +248,20 @@ def prepare(folder: Path = WHEELS) -> int:
     return check(folder, steps=False)
 
 
-def check_folder(folder: Path, src: Path = ROOT / "src", lock: Path = LOCK) -> list[str]:
-    """What is wrong with ``folder`` as the GPU machine's wheels (empty: nothing)."""
+def check_folder(folder: Path, src: Path = ROOT / "src", lock: Path = LOCK, image: Path = IMAGE) -> list[str]:
+    """What is wrong with ``folder`` as the GPU machine's wheels (empty: nothing): pip
+    resolves the run offline from the wheels and the placeholders, and each placeholder
+    stands for a distribution the image has (``image``) or one LEFT_OUT."""
     pins, has = folder / "requirements.txt", folder / "gpu-has"
     if not pins.exists() or not (has / "requirements.txt").exists():
         return [f"{folder}: no requirements.txt or gpu-has/: run `bash benchmarks/gpu/run.sh prepare`"]
+    on_image = image_packages(image) | set(LEFT_OUT)
+    absent = sorted(
+        n for n in re.findall(r"^([\w.-]+)==", (has / "requirements.txt").read_text(), re.M) if n not in on_image
+    )
+    if absent:
+        why = f"not on the GPU machine ({image.name}) nor LEFT_OUT: they must travel as wheels"
+        return [f"gpu-has/ takes {', '.join(absent)} to be there, {why}: run prepare again"]
     if not (py := python312()):
         print("note: no Python 3.12 here, so pip evaluates the markers for this Python", file=sys.stderr)
     offline = ["install", "--isolated", "--dry-run", "--ignore-installed", "--no-index", "--require-hashes", *TARGET]
@@ -278,8 +342,19 @@ def check_steps() -> list[str]:
     return problems
 
 
+def check_needed(folder: Path) -> list[str]:
+    """Every distribution the run needs (needed_distributions) is carried in ``folder``
+    or on the image; the carried ones are exactly those."""
+    if not (folder / "requirements.txt").exists():
+        return []
+    sent = set(re.findall(r"^([\w.-]+)==", (folder / "requirements.txt").read_text(), re.M))
+    carried = {n for n, where in needed_distributions().items() if where == "carried"}
+    problems = [f"{n} is needed, not on the GPU machine ({IMAGE.name}) and not carried" for n in sorted(carried - sent)]
+    return problems + [f"{n} is carried but the run does not need it" for n in sorted(sent - carried)]
+
+
 def check(folder: Path = WHEELS, steps: bool = True) -> int:
-    problems = check_folder(folder)
+    problems = check_folder(folder) + (check_needed(folder) if folder == WHEELS else [])
     if folder.exists():
         wheels, tree, over = size_report(folder)
         print(f"carried: wheels {wheels:.1f} MiB + tree {tree:.1f} MiB = {wheels + tree:.1f} MiB")

@@ -106,12 +106,14 @@ GPU_JOB = int(DEVICE != "cpu" and (DEVICE != "auto" or _cuda_available()))
 # and local-cluster profiles set it; for local runs Snakemake turns --jobs into --cores),
 # nor in a job's own parse on a cluster node (the CPU-only jobs of a GPU run go there too);
 # a compute job without CUDA stops at its start (core.device.resolve_device).
-# SELFREPAIR_ASSUME_CUDA=1 plans a GPU run from a machine without one (a dry run).
+# SELFREPAIR_ASSUME_CUDA=1 plans a GPU run from a machine without one (a dry run);
+# SELFREPAIR_EMULATE_CUDA=1 runs it on an emulated CUDA device (core/emulated_cuda.py).
 if (
     DEVICE == "cuda"
     and workflow.is_main_process
     and workflow.resource_settings.nodes is None
     and os.environ.get("SELFREPAIR_ASSUME_CUDA") != "1"
+    and os.environ.get("SELFREPAIR_EMULATE_CUDA") != "1"
     and not _cuda_available()
 ):
     raise WorkflowError(

@@ -74,6 +74,7 @@ def train_model(
 def induction_scores(bridge, tokens: torch.Tensor, lens: torch.Tensor) -> dict[str, float]:
     """Mean attention from p to p - T + 1 over p in T+1..2T (the repeated half)."""
 
+    tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
     with torch.no_grad():
         _, cache = bridge.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     rows, qs, ks = [], [], []

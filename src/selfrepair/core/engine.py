@@ -131,6 +131,7 @@ class AblationEngine:
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         tr = self.hf.transformer
+        tokens = tokens.to(tr.wte.weight.device)  # host token ids follow the model (a no-op on the CPU)
         pos = torch.arange(tokens.shape[1], device=tokens.device)[None]
         return tr.drop(tr.wte(tokens) + tr.wpe(pos))
 
@@ -302,7 +303,7 @@ class AblationEngine:
         pattern)."""
         out = []
         t = tokens.shape[1]
-        causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+        causal = torch.ones(t, t, dtype=torch.bool, device=self.hf.transformer.wte.weight.device).tril()
         with torch.no_grad():
             for layer, x, _, _ in self._intact_layers(tokens):
                 blk = self.hf.transformer.h[layer]

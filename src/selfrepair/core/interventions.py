@@ -125,6 +125,7 @@ def run_ablated(
     logits themselves). An empty set is the intact model.
     """
     reduce = reduce or (lambda logits: logits)
+    tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
     b = tokens.shape[0]
     per = max(1, max_rows // b)
     out: list = []
@@ -170,6 +171,7 @@ class Prefix:
     """
 
     def __init__(self, bridge, tokens: torch.Tensor, keep_z: bool = False):
+        tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
         self.bridge, self.tokens = bridge, tokens
         self.n_layers = int(bridge.cfg.n_layers)
         self.b = tokens.shape[0]

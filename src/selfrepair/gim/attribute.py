@@ -154,7 +154,7 @@ def edge_scores(
     record = method not in PATH_METHODS
     device = _device(bridge)  # sums on the model's device, returned on the CPU (as graph.valid)
     total = torch.zeros(len(graph.forward), len(graph.backward), device=device)
-    for b in data.batches(batch_size):
+    for b in data.batches(batch_size, device):  # each batch on the model's device
         at = b.clean if gradient_at == "clean" else b.corrupt
         other = b.corrupt if gradient_at == "clean" else b.clean
         a_at = None
@@ -303,7 +303,7 @@ def exact_edge_patching(
     total = torch.zeros(graph.valid.shape, device=_device(bridge))  # returned on the CPU
     norms = attn_post_norms(bridge)
     n_batches = -(-len(data) // batch_size)
-    for b in data.batches(batch_size):
+    for b in data.batches(batch_size, _device(bridge)):
         # "mib": sum_b S_b / (n_batches |b|) = (sum_b w_b S_b) / N with w_b below
         weight = len(data) / (n_batches * len(b)) if weighting == "mib" else 1.0
         pre = {}  # layer -> the post-norm's clean input
@@ -479,7 +479,7 @@ def information_flow_routes(
     groups = _column_groups(graph)
     embed_hook = input_node_hook(bridge)
     vb, centre = mib_processing(bridge, graph) if processing == "mib" else (None, False)
-    for b in data.batches(batch_size):
+    for b in data.batches(batch_size, _device(bridge)):
         inputs, uniform = {}, set()
 
         def keep(name):  # bound to the name asked for (the bridge reports aliases)

@@ -270,7 +270,7 @@ def run_circuits(bridge, graph: Graph, data: CounterfactualBatch, circuits, batc
     masks = [c for _, c in sorted(distinct.values(), key=lambda kc: kc[0])]
     any_patched = any(bool((graph.valid & ~c).any()) for c in masks)
     out = [[] for _ in masks]
-    for b in data.batches(batch_size):
+    for b in data.batches(batch_size, next(bridge.parameters()).device):
         corr = None
         if any_patched:
             _, a_corr = forward_activations(bridge, graph, b.corrupt)

@@ -74,6 +74,7 @@ def attribute(
 
 
 def _attribute(bridge, tokens, pos, target, baseline_id, method, ig_steps, config):
+    tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
     emb = _embed(bridge, tokens)
     base = _embed(bridge, torch.full_like(tokens, baseline_id))
     if method in ("gim", "lrp_cp"):
@@ -122,13 +123,13 @@ def _replaced_logit(bridge, tokens, pos, target, baseline_id, masks: torch.Tenso
 def faithfulness_scores(bridge, tokens, pos, target, baseline_id, attribution: torch.Tensor, max_k: int = 50):
     """(comprehensiveness, sufficiency) of one attribution [T] (first and last token unranked)."""
     T = tokens.shape[1]
-    rankable = torch.arange(1, T - 1)
+    rankable = torch.arange(1, T - 1, device=attribution.device)
     order = rankable[torch.argsort(attribution[1 : T - 1], descending=True)]
     n = len(order)
     with torch.no_grad():
         full = float(bridge(tokens)[0, pos, target])
     ks = list(range(1, min(max_k, n) + 1))
-    masks = torch.zeros(len(ks) + len(RATIOS), T, dtype=torch.bool)
+    masks = torch.zeros(len(ks) + len(RATIOS), T, dtype=torch.bool, device=tokens.device)
     for r, k in enumerate(ks):
         masks[r, order[:k]] = True
     for r, ratio in enumerate(RATIOS):
@@ -150,8 +151,9 @@ def evaluate(bridge, data, truth: torch.Tensor, baseline_id: int, methods=METHOD
 
 def _evaluate(bridge, data, truth, baseline_id, methods, ig_steps) -> pd.DataFrame:
     rows = []
+    device = next(bridge.parameters()).device  # each example follows the model (a no-op on the CPU)
     for i in range(len(data)):
-        tokens = data.clean[i : i + 1]
+        tokens = data.clean[i : i + 1].to(device)
         pos, target = int(data.pos[i]), int(data.answer[i])
         rel = truth[i].nonzero().flatten()
         for method in methods:

@@ -139,6 +139,7 @@ def forward_activations(
     ``stop_after``: a hook name at which the forward stops once that hook's other hooks
     (``hooks`` first) have run, e.g. ``ln_final.hook_in`` to skip the unembedding; the
     logits are then None (the bridge removes its hooks on the way out)."""
+    tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
     fwd, result = activation_recorder(graph)
     stop = []
     if stop_after is not None:

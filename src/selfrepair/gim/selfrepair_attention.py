@@ -32,7 +32,7 @@ def patterns(bridge, tokens: torch.Tensor) -> torch.Tensor:
         for layer in range(n_layers)
     ]
     with torch.no_grad():
-        bridge.run_with_hooks(tokens, fwd_hooks=hooks)
+        bridge.run_with_hooks(tokens.to(next(bridge.parameters()).device), fwd_hooks=hooks)  # host tokens follow
     return torch.stack([store[layer] for layer in range(n_layers)], dim=1)
 
 
@@ -72,6 +72,7 @@ def _ablate(bridge, data: CounterfactualBatch, jobs: list[tuple], batch_size: in
 
 def attention_selfrepair(bridge, data: CounterfactualBatch, threshold: float = 0.1, batch_size: int = 256):
     """(per-input occurrences, per-row single/joint ablation effects) as DataFrames."""
+    data = data.to(next(bridge.parameters()).device)  # host data follows the model (a no-op on the CPU)
     pat = patterns(bridge, data.clean)
     occ = occurrences(pat, threshold)
     with torch.no_grad():

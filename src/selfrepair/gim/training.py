@@ -17,10 +17,11 @@ from selfrepair.tasks.ioi import TOY_SHAPE, toy_training
 
 
 def accuracy(model, data: CounterfactualBatch) -> float:
+    device = next(model.parameters()).device  # the held-out set follows the model
     with torch.no_grad():
-        logits = model(input_ids=data.clean).logits
+        logits = model(input_ids=data.clean.to(device)).logits
     rows = torch.arange(len(data))
-    return float((logits[rows, data.pos].argmax(-1) == data.answer).float().mean())
+    return float((logits[rows, data.pos].argmax(-1) == data.answer.to(device)).float().mean())
 
 
 def train_task_model(

@@ -64,9 +64,10 @@ def ablation_correct(
     model, bit for bit. Put a pruning curve's sets in order (each one component more than
     the last) to let every point start at the component it adds."""
     pos = target_positions(batch.mask)
-    targets, mask = batch.targets[:, pos], batch.mask[:, pos]
+    device = engine.hf_model(model).transformer.wte.weight.device  # the batch follows the model
+    targets, mask = batch.targets[:, pos].to(device), batch.mask[:, pos].to(device)
     if rows is None:
-        rows = 256 if batch.tokens.device.type == "cpu" else max(1, len(batch))
+        rows = 256 if device.type == "cpu" else max(1, len(batch))
     eng = engine.AblationEngine(model, mode, means, rows=rows, reuse=reuse, site=site)
     rows_out = eng.run(batch.tokens, sets, lambda lg, r: exact_match(lg, targets[r], mask[r]), positions=pos)
     return torch.stack(rows_out)
@@ -260,7 +261,7 @@ def attention_stats(patterns: Sequence[torch.Tensor]) -> pd.DataFrame:
     for layer, pat in enumerate(patterns):
         pat = pat.float()
         t = pat.shape[-1]
-        q = torch.arange(t)
+        q = torch.arange(t, device=pat.device)
         ent = -(pat.clamp_min(1e-12).log() * pat).sum(-1)  # [B, H, Tq]
         for h in range(pat.shape[1]):
             p = pat[:, h, 1:, :]
@@ -277,4 +278,4 @@ def attention_stats(patterns: Sequence[torch.Tensor]) -> pd.DataFrame:
 
 def mean_attention_pattern(patterns: Sequence[torch.Tensor], layer: int, head: int) -> np.ndarray:
     """Attention pattern [T, T] of one head, averaged over the batch."""
-    return patterns[layer][:, head].float().mean(0).numpy()
+    return patterns[layer][:, head].float().mean(0).cpu().numpy()

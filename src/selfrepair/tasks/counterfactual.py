@@ -50,9 +50,16 @@ class CounterfactualBatch:
             raise ValueError(f"{path} is not a saved CounterfactualBatch: expected keys {list(fields)}, got {got}")
         return cls(**d)
 
-    def batches(self, size: int):
+    def to(self, device) -> "CounterfactualBatch":
+        return CounterfactualBatch(
+            *(t.to(device) for t in (self.clean, self.corrupt, self.answer, self.foil, self.pos))
+        )
+
+    def batches(self, size: int, device=None):
+        """Consecutive slices of ``size`` rows; on ``device`` (the model's) where given."""
         for a in range(0, len(self), size):
-            yield self.slice(a, a + size)
+            b = self.slice(a, a + size)
+            yield b if device is None else b.to(device)
 
 
 @dataclass

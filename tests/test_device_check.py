@@ -1,0 +1,346 @@
+"""The device check: the rules' code on a CUDA device emulated on this CPU
+(src/selfrepair/core/emulated_cuda.py), where a host tensor that meets the model's
+tensors fails as it does on a GPU. Each test runs a rule's library entry point with the
+model moved to ``cuda`` and host inputs as the rule's data gives them, and compares
+with the same call on the CPU: the emulated device runs the CPU's kernels, so the
+results are the CPU's bit for bit (only where the host and the device meet differs).
+
+Reintroducing the three failures the first GPU run met turns it red: host tokens in
+heroes_train's evaluation (heroes/scores.py ablation_correct -> core/engine.py _embed),
+in gim/hooks.py forward_activations, and in MIB's edge scoring (gim/attribute.py)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from selfrepair.core import emulated_cuda as ec
+
+warnings.filterwarnings("ignore")
+ROOT = Path(__file__).resolve().parents[1]
+CKPT = ROOT / "tests" / "golden" / "checkpoints" / "results"
+
+
+@pytest.fixture
+def cuda():
+    ec.install()
+    try:
+        yield
+    finally:
+        ec.uninstall()
+
+
+# ------------------------------------------------------------- the emulation ------
+def test_a_host_operand_fails_as_on_cuda(cuda):
+    emb = torch.nn.Embedding(10, 4).to("cuda")
+    assert emb.weight.device == torch.device("cuda", 0) and isinstance(emb.weight, torch.nn.Parameter)
+    with pytest.raises(ec.DeviceMismatch, match="same device"):
+        emb(torch.tensor([1, 2]))
+    x = torch.zeros(3, device="cuda")
+    with pytest.raises(ec.DeviceMismatch):
+        x + torch.ones(3)
+    with pytest.raises(ec.DeviceMismatch):
+        torch.cat([x, torch.ones(3)])
+    with pytest.raises(ec.DeviceMismatch, match="indices"):
+        torch.arange(5)[torch.tensor([1, 2]).cuda()]  # a host tensor, device indices
+    with pytest.raises(TypeError, match="numpy"):
+        x.numpy()
+    with pytest.raises(TypeError, match="numpy"):
+        np.asarray(x)
+
+
+def test_what_cuda_accepts_passes(cuda):
+    x = torch.arange(6.0).cuda()
+    idx = torch.tensor([0, 2])  # host indices in advanced indexing
+    assert x[idx].device.type == "cuda" and x[idx].tolist() == [0.0, 2.0]
+    x[idx] = 7.0
+    assert (x + torch.tensor(1.0)).device.type == "cuda"  # a 0-dim host operand
+    lin = torch.nn.Linear(3, 2).to("cuda")
+    lin.load_state_dict(torch.nn.Linear(3, 2).state_dict())  # copy_ across devices
+    host = x.cpu()
+    assert host.device.type == "cpu" and host.numpy().tolist() == [7.0, 1.0, 7.0, 3.0, 4.0, 5.0]
+    assert torch.zeros(2, device=x.device).device.type == "cuda" and torch.ones(2).to(x).device.type == "cuda"
+
+
+def test_backward_hooks_get_device_gradients_and_training_steps(cuda):
+    """Autograd hands hooks plain tensors; they arrive as device tensors, so a hook that
+    mixes its gradient with the model's activations is no false alarm."""
+    lin = torch.nn.Linear(4, 2).to("cuda")
+    seen = []
+    lin.register_full_backward_hook(lambda m, gi, go: seen.append((go[0] * lin.weight.sum()).device.type))
+    inp = torch.randn(5, 4).cuda().requires_grad_(True)
+    inp.register_hook(lambda g: seen.append((g * inp).device.type))
+    opt = torch.optim.Adam(lin.parameters(), lr=0.1)
+    before = lin.weight.detach().cpu().clone()
+    lin(inp).pow(2).sum().backward()
+    opt.step()
+    assert seen == ["cuda", "cuda"] and lin.weight.grad.device.type == "cuda"
+    assert not torch.equal(lin.weight.detach().cpu(), before)
+
+
+def test_the_rules_resolve_cuda_to_the_emulation(monkeypatch):
+    from selfrepair.core.device import resolve_device
+
+    monkeypatch.setenv(ec.ENV, "1")
+    try:
+        assert resolve_device("cuda") == "cuda" and ec.installed()
+        assert resolve_device("auto") == "cpu"
+    finally:
+        ec.uninstall()
+
+
+# ------------------------------------------------------------- paper A ------------
+def _heroes_model(task="sort", seed=42):
+    from selfrepair.core.models import load_hf
+
+    return load_hf(CKPT / "heroes" / task / f"seed{seed}" / "model")
+
+
+def test_heroes_train_evaluation_on_cuda(cuda):
+    """heroes_train's eval_fn (id_accuracy: both paddings) with the eval set on the host."""
+    from selfrepair.heroes import scores
+
+    model = _heroes_model()
+    host = [scores.id_accuracy(model, "sort", 3, 5, 20, 7, padding=p) for p in ("per_batch", "per_example")]
+    model.to("cuda")
+    on_cuda = [scores.id_accuracy(model, "sort", 3, 5, 20, 7, padding=p) for p in ("per_batch", "per_example")]
+    assert on_cuda == host
+
+
+def test_heroes_scoring_paths_on_cuda(cuda):
+    """heroes_scores / heroes_ood / heroes_probe: ablation curves, means, attention
+    patterns and OOD accuracies with host batches."""
+    from selfrepair.core import engine
+    from selfrepair.core.components import parse
+    from selfrepair.heroes import scores
+    from selfrepair.tasks import sequences as S
+
+    model = _heroes_model("reverse", 42)
+    batch = S.eval_set("reverse", 4, 16, 3)
+    sets = [[], [parse("L0H0")], [parse("L0H0"), parse("L0MLP")]]
+
+    def run():
+        means = engine.means(model, [batch.tokens])
+        return (
+            scores.ablation_correct(model, batch, sets).cpu(),
+            scores.ablation_correct(model, batch, sets, mode="mean", means=means).cpu(),
+            [p.cpu() for p in engine.AblationEngine(model).attention_patterns(batch.tokens)],
+            scores.ood_accuracies(model, "reverse", [5, 6], 8, 1),
+        )
+
+    host = run()
+    model.to("cuda")
+    dev = run()
+    assert torch.equal(dev[0], host[0]) and torch.equal(dev[1], host[1])
+    assert all(torch.equal(a, b) for a, b in zip(dev[2], host[2])) and dev[3] == host[3]
+
+
+def test_training_loop_on_cuda(cuda):
+    """core/train.py's loop (every training rule: heroes_train, heroes_grid_train,
+    gim_train, coax_*_train) with host batches and heroes_train's evaluation."""
+    from selfrepair.core.train import train
+    from selfrepair.heroes import scores
+    from selfrepair.tasks import sequences as S
+
+    def batch_fn(step):
+        return S.make_padded_batch("sort", [3, 4, 5, 4], torch.Generator().manual_seed(step))
+
+    def run(device):
+        model = _heroes_model()
+        res = train(model, batch_fn, lambda m: scores.id_accuracy(m, "sort", 3, 4, 8, 1), lr=1e-3, max_steps=3,
+                    eval_every=3, target_accuracy=None, device=device, progress_seconds=None)  # fmt: skip
+        return res, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    ec.uninstall()
+    host, host_w = run("cpu")
+    ec.install()
+    dev, dev_w = run("cuda")
+    assert all(torch.equal(dev_w[k], host_w[k]) for k in host_w)
+    assert dev.steps == host.steps
+
+
+def test_heroes_gradients_on_cuda(cuda):
+    """heroes_scores' gradient norms and heroes_probe's attention statistics."""
+    from selfrepair.core import attribution, engine
+    from selfrepair.core.components import all_components
+    from selfrepair.heroes import scores
+    from selfrepair.tasks import sequences as S
+
+    model = _heroes_model()
+    comps = all_components(model.config.n_layer, model.config.n_head)
+    batches = [S.eval_set("sort", 4, 8, s) for s in (1, 2)]
+
+    def run(device):
+        norms = attribution.gradient_norms_gpt2(model, [b.to(device) for b in batches], comps, scores.lm_loss, "sqrt")
+        pats = engine.AblationEngine(model).attention_patterns(batches[0].tokens.to(device))
+        return norms, scores.attention_stats(pats), scores.mean_attention_pattern(pats, 0, 1)
+
+    host = run("cpu")
+    model.to("cuda")
+    dev = run("cuda")
+    assert {k: list(v) for k, v in dev[0].items()} == {k: list(v) for k, v in host[0].items()}
+    assert dev[1].equals(host[1]) and np.array_equal(dev[2], host[2])
+
+
+# ------------------------------------------------------------- paper C ------------
+def _gim_bridge(device):
+    from selfrepair.core.models import load_bridge
+
+    return load_bridge(CKPT / "gim" / "arithmetic" / "tiny" / "seed0" / "model", device)
+
+
+def test_gim_train_accuracy_on_cuda(cuda):
+    from selfrepair.core.models import load_hf
+    from selfrepair.gim import training
+
+    model = load_hf(CKPT / "gim" / "arithmetic" / "tiny" / "seed0" / "model")
+    data = _arith_data(model)
+    host = training.accuracy(model, data)
+    model.to("cuda")
+    assert training.accuracy(model, data) == host
+
+
+def _arith_data(model, n=8):
+    """Counterfactual pairs of the checkpoint's vocabulary, on the host."""
+    from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+    g = torch.Generator().manual_seed(0)
+    v = model.config.vocab_size
+    clean = torch.randint(0, v, (n, 5), generator=g)
+    corrupt = torch.randint(0, v, (n, 5), generator=g)
+    return CounterfactualBatch(
+        clean, corrupt, torch.randint(0, v, (n,), generator=g), torch.randint(0, v, (n,), generator=g),
+        torch.full((n,), 4),
+    )  # fmt: skip
+
+
+def test_gim_forward_activations_with_host_tokens(cuda):
+    from selfrepair.gim.graph import Graph
+    from selfrepair.gim.hooks import forward_activations
+
+    host_bridge = _gim_bridge("cpu")
+    data = _arith_data(host_bridge)
+    graph = Graph.from_bridge(host_bridge)
+    logits_h, acts_h = forward_activations(host_bridge, graph, data.clean)
+    bridge = _gim_bridge("cuda")
+    logits, acts = forward_activations(bridge, graph, data.clean)
+    assert logits.device.type == "cuda"
+    assert torch.equal(logits.cpu(), logits_h) and torch.equal(acts.cpu(), acts_h)
+
+
+def test_gim_selfrepair_speed_and_fa_on_cuda(cuda):
+    """gim_selfrepair, gim_speed (arithmetic toy) and gim_fa (classify toy) with the
+    task's host data."""
+    from selfrepair.core.models import load_bridge
+    from selfrepair.gim import feature_attribution as fa
+    from selfrepair.gim.attribute import speed
+    from selfrepair.gim.selfrepair_attention import attention_selfrepair
+    from selfrepair.tasks.registry import get_task
+
+    arith, classify = get_task("arithmetic"), get_task("classify")
+    data = arith.sample(6, seed=3)
+    fa_data, truth = classify.sample_with_truth(2, seed=4)
+    fa_model = CKPT / "gim" / "classify" / "tiny" / "seed0" / "model"
+
+    def run(device):
+        bridge = _gim_bridge(device)
+        per_input, rows = attention_selfrepair(bridge, data, 0.1)
+        sp = speed(bridge, data, 4)
+        df = fa.evaluate(load_bridge(fa_model, device), fa_data, truth, classify.id["<pad>"], ig_steps=2)
+        return per_input, rows, sp, df
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    dev = run("cuda")
+    assert dev[0].equals(host[0]) and dev[1].equals(host[1]) and dev[3].equals(host[3])
+    assert {k: v for k, v in dev[2].items() if not k.endswith("_s")}.keys() == host[2].keys() - {
+        k for k in host[2] if k.endswith("_s")
+    }
+
+
+METHODS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["gim"]["methods"]
+
+
+@pytest.fixture(scope="module")
+def mib_stand_in(tmp_path_factory):
+    """A random-weight GPT-2 and Llama stand-in and a MIB IOI dataset (test_gim_mib's)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_gim_mib as tgm
+
+    root = tmp_path_factory.mktemp("mib")
+    paths = tgm._models(root / "models")
+    tgm._datasets(root / "data")
+    return paths, str(root / "data")
+
+
+def test_mib_every_method_on_cuda(cuda, mib_stand_in):
+    """gim_mib's entry point (run_mib) for every method of gim.methods, GPT-2 and Llama
+    stand-ins: every pair runs (a device error would make a 'not run' row) and scores as
+    on the CPU."""
+    from selfrepair.gim.localization import run_mib
+
+    paths, data = mib_stand_in
+    models = [paths["gpt2"], paths["llama"]]
+    kw = dict(n_eval=4, search_paths=[data], batch_size=4, ig_steps=2, fractions=(0.5, 1.0))
+    ec.uninstall()
+    _, host, _ = run_mib(models, ["ioi"], METHODS, device="cpu", **kw)
+    ec.install()
+    status, table, _ = run_mib(models, ["ioi"], METHODS, device="cuda", **kw)
+    assert (status.status == "ran").all(), status.reason.tolist()
+    assert set(table.method) == set(METHODS) == set(host.method) and len(table) == len(host) == 2 * len(METHODS)
+    cols = ["cpr", "cmd"]
+    assert np.allclose(table[cols].to_numpy(float), host[cols].to_numpy(float), equal_nan=True)
+
+
+# ------------------------------------------------------------- paper B ------------
+from test_coax_tasks import tiny_real_models  # noqa: E402,F401  (random-weight GPT-2, NeoX, Llama)
+
+
+def test_coax_real_on_cuda(cuda, tiny_real_models, tmp_path):  # noqa: F811
+    """coax_real's entry point (run_real_models): IOI, wake-up and induction on the
+    random-weight stand-ins; every part runs, with the CPU's tables."""
+    import pandas as pd
+
+    from selfrepair.coax import real_models
+
+    real = {
+        "search_paths": [str(tiny_real_models)], "ioi_model": "tiny-gpt2", "wakeup_models": ["tiny-llama"],
+        "induction_models": ["tiny-neox"], "n_prompts": 8, "data_seeds": [1], "induction_T": 6,
+    }  # fmt: skip
+    ioi_cfg = {"n_primary": 2, "backup_frac": 0.2, "top_k": 5, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2,
+               "amp_eps": 1e-3}  # fmt: skip
+    ind_cfg = {"n_prompts": 6, "data_seed": 3, "ks": [2], "n_primary": 2, "n_random": 2, "protocol": "v1"}
+    ec.uninstall()
+    real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 8, tmp_path / "cpu", "cpu")
+    ec.install()
+    status = real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 8, tmp_path / "cuda", "cuda")
+    ran = status[status.experiment != "pruning"]
+    assert (ran.status == "ran").all(), ran.reason.tolist()
+    for f in sorted((tmp_path / "cpu").glob("*.csv")):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cuda" / f.name), pd.read_csv(f), check_exact=False)
+
+
+def test_coax_pruning_on_cuda(cuda):
+    """coax_pruning's entry point (run_pruning) on the golden pruning LM, its inputs moved
+    as the rule moves them."""
+    from selfrepair.coax import pruning
+    from selfrepair.core.models import load_bridge
+    from selfrepair.tasks import lm
+
+    calib, evalset = lm.sample(4, 24, 80_000), lm.sample(8, 24, 90_000)
+
+    def run(device):
+        bridge = load_bridge(CKPT / "coax" / "pruning" / "model", device)
+        return pruning.run_pruning(bridge, calib.to(device), evalset.to(device), [0.0, 0.5], 0, "v1", 16, 2048)[0]
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    assert run("cuda").equals(host)
