@@ -273,12 +273,15 @@ def test_every_skip_is_a_command_of_the_documents():
 
 def starts_snakemake(cmd: str) -> bool:
     """Whether checking a command starts Snakemake (then its test is slow, out of the quick
-    tier): a snakemake command (a dry run, or --unlock/--summary for real), or a make
+    tier): a snakemake command (a dry run, or --unlock/--summary for real), `python -m
+    snakemake` (its --help), or a make
     command whose recipe runs snakemake or that names a results/ path (checked against
     the default run's dry run). `make -n` says which, in milliseconds."""
     env, prog, words = _split(cmd)
-    if cmd in SKIP or prog == "python -m":
+    if cmd in SKIP:
         return False
+    if prog == "python -m":
+        return words[:1] == ["snakemake"]  # its --help is Snakemake starting
     if prog == "snakemake":
         return True
     if any(re.match(r"^[A-Za-z_]\w*=results/", w) for w in words):

@@ -84,6 +84,7 @@ def test_outside_the_quick_tier_nothing_is_guarded(tmp_path):
         ("make test-quick", False),
         ("make status", False),
         ("python -m selfrepair.tooling.readme_table", False),
+        ("python -m snakemake --version", True),
         ("snakemake --lint", False),  # in test_docs.SKIP: never run there
         ("snakemake -n --cores 1 --configfile config/config.yaml", True),
         ("make reproduce", True),
