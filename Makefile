@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 SNAKEMAKE_ARGS ?=
 
-.PHONY: env reproduce test lint report check-config clean-env reference reference-grid grid-full portability fingerprint verify status
+.PHONY: env reproduce test test-quick lint report check-config clean-env reference reference-grid grid-full portability fingerprint verify status
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ reproduce: env
 
 test: env
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
+
+# The quick tier, for every edit: the tests that start no Snakemake and train nothing
+# (all but those marked slow; tests/conftest.py fails an unmarked one that starts
+# Snakemake). docs/TESTING.md has what it covers and its time.
+test-quick: env
+	HF_HUB_OFFLINE=1 SELFREPAIR_TEST_TIER=quick $(BIN)/python -m pytest -q -m "not slow" tests
 
 lint: env
 	$(BIN)/snakemake --lint

@@ -1,4 +1,5 @@
 import os
+import re
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -12,7 +13,6 @@ NUMERICS = numerics.check_mode(os.environ.get("SELFREPAIR_TEST_NUMERICS", "fast"
 numerics.configure(NUMERICS, threads=2)
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 from selfrepair.core import models  # noqa: E402
 from selfrepair.tasks import sequences as S  # noqa: E402
@@ -30,25 +30,67 @@ def tiny_folder(tmp_path_factory):
     return folder
 
 
+# The committed tiny sorting model (paper A's test config: 2 layers x 2 heads, d_model 64,
+# lengths 2..4, trained 600 steps under fast; exact match about 0.77, so it varies): the
+# tests that need a trained model read it, and no test trains one for them.
+TRAINED_SORT = "results/heroes/sort/seed42"
+
+
 @pytest.fixture(scope="session")
 def trained_sort_folder(tmp_path_factory):
-    """A small model trained briefly on sorting (lengths 2..4) so that exact match varies."""
-    from selfrepair.core import train
-    from selfrepair.heroes import scores as heroes
+    """A copy of the committed tiny sorting model's weights (tests/golden/checkpoints), so
+    that no test can change the committed files."""
+    import shutil
 
-    torch.manual_seed(0)
-    cfg = models.gpt2_toy_config(S.VOCAB, n_layers=2, n_heads=2, d_model=64, d_mlp=128, n_ctx=32)
-    model = models.build_gpt2_toy(cfg, seed=1)
-    g = torch.Generator().manual_seed(1)
-    train.train(
-        model,
-        lambda s: S.training_batch("sort", 64, 2, 4, g),
-        lambda m: heroes.id_accuracy(m, "sort", 2, 4, 50, 7),
-        lr=3e-3,
-        max_steps=400,
-        eval_every=400,
-        target_accuracy=None,
-    )
+    import golden_suite
+
+    src = golden_suite.CHECKPOINTS / TRAINED_SORT / "model"
+    if not (src / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no committed checkpoint at {src}: run tests/golden/update.py --retrain")
     folder = tmp_path_factory.mktemp("trained") / "model"
-    models.save_model(model, folder)
+    shutil.copytree(src, folder)
     return folder
+
+
+# The quick tier (`make test-quick`: pytest -m "not slow" with SELFREPAIR_TEST_TIER=quick)
+# leaves out every test marked slow: those that start Snakemake (a run, a dry run, --lint)
+# or train a model. In that tier a test without the mark that starts Snakemake anyway
+# fails at once, naming the mark it needs, so the tier stays quick as tests are added.
+QUICK = os.environ.get("SELFREPAIR_TEST_TIER", "") == "quick"
+
+
+def starts_snakemake(args) -> bool:
+    """Whether a subprocess command line runs Snakemake: its program is a snakemake
+    executable, or a Python's ``-m snakemake``."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        words = os.fsdecode(args).split()
+    else:
+        words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
+    while words and re.match(r"^[A-Za-z_]\w*=", words[0]):  # a shell line's VAR=value words
+        words.pop(0)
+    if not words:
+        return False
+    if os.path.basename(words[0]) == "snakemake":
+        return True
+    return any(words[i : i + 2] == ["-m", "snakemake"] for i in range(len(words) - 1))
+
+
+@pytest.fixture(autouse=True)
+def _quick_tier_starts_no_snakemake(request, monkeypatch):
+    if not QUICK or request.node.get_closest_marker("slow"):
+        yield
+        return
+    import subprocess
+
+    real_init = subprocess.Popen.__init__
+
+    def init(self, args, *a, **k):
+        if starts_snakemake(args):
+            raise AssertionError(
+                f"{request.node.nodeid} starts Snakemake ({args!r}) but is not marked slow: "
+                "add @pytest.mark.slow (the quick tier, make test-quick, runs no Snakemake)"
+            )
+        real_init(self, args, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", init)
+    yield

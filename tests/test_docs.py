@@ -271,7 +271,31 @@ def test_every_skip_is_a_command_of_the_documents():
     assert not stale, f"SKIP lists commands no document has any more: {stale}"
 
 
-@pytest.mark.parametrize("where, cmd", COMMANDS, ids=[f"{w} {c[:60]}" for w, c in COMMANDS])
+def starts_snakemake(cmd: str) -> bool:
+    """Whether checking a command starts Snakemake (then its test is slow, out of the quick
+    tier): a snakemake command (a dry run, or --unlock/--summary for real), `python -m
+    snakemake` (its --help), or a make
+    command whose recipe runs snakemake or that names a results/ path (checked against
+    the default run's dry run). `make -n` says which, in milliseconds."""
+    env, prog, words = _split(cmd)
+    if cmd in SKIP:
+        return False
+    if prog == "python -m":
+        return words[:1] == ["snakemake"]  # its --help is Snakemake starting
+    if prog == "snakemake":
+        return True
+    if any(re.match(r"^[A-Za-z_]\w*=results/", w) for w in words):
+        return True
+    r = subprocess.run(["make", "-n", *words], cwd=ROOT, env={**_env(), **env}, capture_output=True, text=True)
+    recipe = r.stdout.replace("\\\n", " ").splitlines()
+    return any(re.match(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*\S*snakemake\s", line) for line in recipe)
+
+
+@pytest.mark.parametrize(
+    "where, cmd",
+    [pytest.param(w, c, marks=[pytest.mark.slow] if starts_snakemake(c) else []) for w, c in COMMANDS],
+    ids=[f"{w} {c[:60]}" for w, c in COMMANDS],
+)
 def test_documented_command_plans_what_its_text_says(where, cmd, workdir):
     if cmd in SKIP:
         pytest.skip(SKIP[cmd])
@@ -285,6 +309,7 @@ def test_documented_command_plans_what_its_text_says(where, cmd, workdir):
         check_python_m(words, what)
 
 
+@pytest.mark.slow  # dry runs
 def test_a_target_after_R_is_caught(workdir):
     """The check itself: `-R rule target` (the target read as a second rule) fails."""
     words = ["--cores", "1", "-R", "gim_faithfulness_figure", "results/gim/figures/faithfulness.png"]
@@ -304,6 +329,7 @@ def test_make_report_and_reproduce_pass_the_runs_options():
         assert len(report) == 1 and report[0].rstrip().endswith(args), r.stdout
 
 
+@pytest.mark.slow  # runs snakemake --report
 def test_report_follows_the_runs_config(workdir):
     """`--report` builds the plan of its own options: in a folder of a run that made only
     paper C's files, given that run's options, the first file it misses is one of paper

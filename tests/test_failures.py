@@ -260,6 +260,7 @@ def job_resources(out: str) -> dict:
     return jobs
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this check needs a machine without CUDA")
 def test_device_auto_declares_no_gpu_without_cuda(tmp_path):
     assert not runtime.cuda_available()

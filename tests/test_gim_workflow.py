@@ -16,6 +16,8 @@ TARGETS = [
     "results/gim/tables/feature_attribution.csv",
 ]
 
+pytestmark = pytest.mark.slow  # every test reads the tiny run
+
 
 @pytest.fixture(scope="module")
 def gim_run(tmp_path_factory):

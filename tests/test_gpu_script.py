@@ -170,6 +170,7 @@ def test_the_probe_records_a_snakemake_job_and_nothing_else(tmp_path):
     assert recs[0]["cuda"] is False and recs[0]["end"] >= recs[0]["start"]
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_real_snakemake_script_job(tmp_path):
     (tmp_path / "Snakefile").write_text('rule a:\n    output: "out/{x}.txt"\n    script: "s.py"\n')
     (tmp_path / "s.py").write_text("open(snakemake.output[0], 'w').write('done')\n")
@@ -283,6 +284,7 @@ def test_run_sh_rejects_an_unknown_mode():
     assert r.returncode == 2 and "usage" in r.stderr
 
 
+@pytest.mark.slow
 def test_the_dry_run_plans_both_steps_on_cuda():
     """The run's two Snakemake steps, dry-run with the gpu profile; the probe and the
     helper compile; run.sh parses."""

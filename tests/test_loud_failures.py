@@ -312,6 +312,7 @@ def test_failed_job_shows_its_log_without_a_profile_argument(tmp_path):
 # ---------------------------------------------------------------- 5. published claims
 
 
+@pytest.mark.slow
 def test_missing_published_claims_fail_at_parse_time(tmp_path):
     d = G.prepare(tmp_path)
     r = G.snakemake("-n", *G.tiny_args(d), "published=config/nowhere.yaml", check=False)
@@ -322,6 +323,7 @@ def test_missing_published_claims_fail_at_parse_time(tmp_path):
     assert "Nothing to be done" not in err
 
 
+@pytest.mark.slow
 def test_published_claims_in_the_working_directory_are_used(tmp_path):
     d = G.prepare(tmp_path)
     (d / "config" / "published.yaml").rename(d / "claims.yaml")

@@ -278,6 +278,7 @@ def _train(mode, threads, extra):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 @pytest.mark.parametrize("mode", numerics.PINNED_MODES)
 def test_pinned_training_ignores_the_machines_settings(mode):
@@ -291,6 +292,7 @@ def test_pinned_training_ignores_the_machines_settings(mode):
     assert a["hash"] == b["hash"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_the_two_pinned_modes_train_different_bits():
     """The control for the golden training test: the MKL branch alone moves the weights,
@@ -298,6 +300,7 @@ def test_the_two_pinned_modes_train_different_bits():
     assert _train("exact", 1, {})["hash"] != _train("fast", 1, {})["hash"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_native_training_depends_on_the_kernels():
     """The control: unpinned, the instruction set of one library alone moves the bits, so
@@ -347,6 +350,7 @@ def test_a_pinned_process_without_the_override_fails_loudly():
     assert r.returncode != 0 and "the override is not loaded" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_kernels_agree_with_every_committed_fingerprint_as_the_modes_promise():
     """Both modes' kernels on this machine, as it runs them (on a CPU that is not an Intel
@@ -501,6 +505,7 @@ def test_compare_traces_names_the_first_kernel_whose_inputs_agree_and_outputs_di
     assert "different call sequence" in F.compare_traces(a, c)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_fast_training_traces_like_the_committed_trace_operation_for_operation():
     """Two GPT-2 training steps under fast, as this CPU runs them, give every ATen

@@ -224,6 +224,7 @@ def test_a_cancelled_job_fails_loudly_and_a_rerun_completes_it(runs):
     assert not again & {"heroes_ood", "coax_ioi_run", "gim_localize"}, sorted(again)
 
 
+@pytest.mark.slow
 def test_device_cuda_asks_slurm_for_a_gpu(cluster, tmp_path):
     """The documented GPU override: with --config device=cuda a compute job's sbatch asks
     for one GPU, which the CPU-only test cluster refuses before anything runs."""

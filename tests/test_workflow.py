@@ -32,6 +32,7 @@ def configs(*extra):
     return ["--configfile", str(ROOT / "config/config.yaml"), str(ROOT / "config/test.yaml"), *map(str, extra)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad, message",
     [
@@ -98,6 +99,7 @@ def test_invalid_config_is_rejected_naming_the_key(tmp_path, bad, message):
     assert message in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_a_claim_without_its_number_is_rejected_naming_it(tmp_path):
     """config key published: a claim that lost its value (or tolerance) stops the parse,
     naming the file and the claim, not the job that compares it hours later."""
@@ -113,6 +115,7 @@ def test_a_claim_without_its_number_is_rejected_naming_it(tmp_path):
     assert f"numeric claim {claims['coax'][1]['id']!r} of 'coax' needs a number 'tolerance'" in out
 
 
+@pytest.mark.slow
 def test_a_yaml_error_in_the_default_config_names_file_line_and_column(tmp_path):
     """The Snakefile's own `configfile: config/config.yaml` (of the working directory):
     Snakemake's message names neither file nor line; the parse's does."""
@@ -156,6 +159,7 @@ def test_check_config_names_a_configfile_snakemake_cannot_read(tmp_path):
     assert f"invalid config: {tmp_path / 'gone.yaml'}: no such config file" in r.stderr
 
 
+@pytest.mark.slow
 def test_an_empty_config_file_is_named_as_empty(tmp_path):
     """Issue 50: Snakemake's "Config file must be given as JSON or YAML" names no file.
     `make check-config` names an empty --configfile; the Snakefile an empty config/config.yaml."""
@@ -187,6 +191,7 @@ def test_an_empty_config_file_is_named_as_empty(tmp_path):
     assert f"{tmp_path / 'config' / 'config.yaml'}: the config file is empty" in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
     """The gpu profile lets several compute jobs share the one GPU (a slot count above 1,
     every compute job asking for one slot) and fits a 16-core host; checked by a dry run
@@ -214,6 +219,7 @@ def test_gpu_profile_shares_one_gpu_between_jobs(tmp_path):
     assert "gpu=0" not in out
 
 
+@pytest.mark.slow
 def test_lint_is_clean():
     r = snakemake("--lint", check=False)
     assert r.returncode == 0, r.stdout + r.stderr
