@@ -147,6 +147,7 @@ def test_a_save_outside_a_workflow_job_records_no_provenance(tmp_path, monkeypat
     models.load_hf(tmp_path / "m")
 
 
+@pytest.mark.slow
 def test_workflow_stops_on_a_seed_linked_to_another_seeds_model(tmp_path):
     """End to end, the issue's case: train seed 0, make seed1/model a symlink to it, ask
     for seed 1's localization: the job stops naming both folders (it printed seed 0's

@@ -496,6 +496,7 @@ def test_a_run_with_nothing_to_do_is_finished_not_killed(tmp_path):
     assert "KILLED" not in "\n".join(lines)
 
 
+@pytest.mark.slow
 def test_a_real_run_with_nothing_to_do_is_finished(tmp_path):
     """The issue's case with Snakemake itself: run a target, run it again (nothing to do),
     then ask for the status (a one-rule Snakefile: two runs of a second each)."""

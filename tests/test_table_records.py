@@ -100,6 +100,7 @@ def test_a_table_without_a_record_stops_with_the_fix(written, tmp_path):
     assert "Delete results/heroes/tables/rho.csv and rerun snakemake" in msg
 
 
+@pytest.mark.slow
 def test_the_curves_a_figure_draws_are_checked_in_a_real_run(tmp_path):
     """End to end on the tiny config (paper C's faithfulness figure): the run records its
     tables; curves.csv edited by hand stops the redrawn figure (it was redrawn silently)."""

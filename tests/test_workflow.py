@@ -564,6 +564,7 @@ def test_every_integer_of_the_schema_has_a_ceiling_and_seeds_are_32_bit(schema):
         assert seeds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad, message",
     [
@@ -585,6 +586,7 @@ def test_out_of_range_seeds_and_sizes_stop_at_parse_time_naming_the_key(tmp_path
     assert message in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not numerics.can_pin(), reason="numerics exact preloads a compiled library on x86-64 with AVX2 only"
 )
@@ -599,6 +601,7 @@ def test_an_unusable_cache_folder_stops_the_parse_naming_it(tmp_path):
     assert "SELFREPAIR_CACHE" in out and "FileExistsError" not in out and "NotADirectoryError" not in out
 
 
+@pytest.mark.slow
 def test_a_touched_script_reruns_its_rule_unless_script_times_are_ignored(tmp_path):
     """What docs/INTEGRITY.md says of Snakemake's code trigger (a touched script reran the
     whole of paper A): a script newer than the outputs reruns its rule with its content
