@@ -5,6 +5,13 @@ model moved to ``cuda`` and host inputs as the rule's data gives them, and compa
 with the same call on the CPU: the emulated device runs the CPU's kernels, so the
 results are the CPU's bit for bit (only where the host and the device meet differs).
 
+Every rule with a script is listed in ``RULES`` (end of the module): each compute rule
+of the DAG (the tiny one of config/test.yaml and the real-model rules coax_real and
+gim_mib) with the tests that run its entry points here, each other rule with why it needs
+none (tables and figures; coax_synthetic, paper B's planted-backup benchmark, has no model
+and no tensor: numpy only). test_every_rule_is_covered reads workflow/rules/*.smk as text
+(no Snakemake) and fails on a rule that is not listed.
+
 Reintroducing the three failures the first GPU run met turns it red: host tokens in
 heroes_train's evaluation (heroes/scores.py ablation_correct -> core/engine.py _embed),
 in gim/hooks.py forward_activations, and in MIB's edge scoring (gim/attribute.py)."""
@@ -344,3 +351,300 @@ def test_coax_pruning_on_cuda(cuda):
     host = run("cpu")
     ec.install()
     assert run("cuda").equals(host)
+
+
+def test_heroes_grid_measure_at_the_authors_site_on_cuda(cuda):
+    """heroes_grid_measure: raw gradient norms, the means, and the ablations at the
+    authors' site (attn_out_slice; hook_z is test_heroes_scoring_paths_on_cuda's), mean
+    and zero, with the batches moved as the rule moves them."""
+    from selfrepair.core import attribution, engine
+    from selfrepair.core.components import all_components
+    from selfrepair.heroes import scores
+    from selfrepair.tasks import sequences as S
+
+    model = _heroes_model("reverse", 42)
+    comps = all_components(model.config.n_layer, model.config.n_head)
+    batches = [S.eval_set("reverse", 4, 8, s) for s in (1, 2)]
+    fresh = S.eval_set("reverse", 4, 12, 3)
+    sets = [[]] + [[c] for c in comps] + [comps[:2]]
+
+    def run(device):
+        bs = [b.to(device) for b in batches]
+        raw = attribution.gradient_norms_gpt2(model, bs, comps, scores.lm_loss, "raw")
+        means = engine.means(model, [b.tokens for b in bs], comps)
+        f = fresh.to(device)
+        return raw, [
+            scores.ablation_correct(model, f, sets, m, means, site="attn_out_slice").cpu() for m in ("mean", "zero")
+        ]
+
+    host = run("cpu")
+    model.to("cuda")
+    dev = run("cuda")
+    assert {k: list(v) for k, v in dev[0].items()} == {k: list(v) for k, v in host[0].items()}
+    assert all(torch.equal(a, b) for a, b in zip(dev[1], host[1]))
+
+
+# ------------------------------------------------------------- ground truth -------
+GT = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["groundtruth"]
+
+
+def _groundtruth_tables(family: str, model_dir: Path, device: str) -> dict:
+    """scripts/groundtruth_model.py's computation for one model of ``family``: its
+    evaluation batch built and moved as the script's ``inputs`` does (a few examples),
+    the component means and pipeline.model_tables with the Hugging Face model."""
+    from selfrepair.core import components as C
+    from selfrepair.core import interventions, models
+    from selfrepair.gim import evaluate
+    from selfrepair.groundtruth import games, pipeline
+    from selfrepair.tasks import ioi
+    from selfrepair.tasks import sequences as S
+    from selfrepair.tasks.registry import get_task
+
+    if family == "heroes":
+        fresh = S.eval_set("sort", 4, 6, 37)  # heroes_ood's fresh set, as ood_batches.pt holds it
+        batch = S.Batch(fresh.tokens, fresh.targets, fresh.mask).to(device)
+        tokens, specs = batch.tokens, pipeline.heroes_specs(batch, GT["heroes"]["games"])
+    elif family == "ioi":
+        prompts = ioi.sample_toy(6, 5).to(device)
+        spec = pipeline.GameSpec("logit_diff", lambda lg: ioi.logit_diff(lg, prompts), engine=games.ioi_reduce(prompts))
+        tokens, specs = prompts.tokens, [spec]
+    else:
+        cf = get_task("arithmetic").sample(4, seed=0)
+        cf = type(cf)(*(t.to(device) for t in (cf.clean, cf.corrupt, cf.answer, cf.foil, cf.pos)))
+        spec = pipeline.GameSpec(
+            "logit_diff", lambda lg: evaluate.logit_diff(lg, cf).mean(), engine=games.counterfactual_reduce(cf)
+        )
+        tokens, specs = cf.clean, [spec]
+    bridge = models.load_bridge(model_dir, device)
+    comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+    means = interventions.component_means(bridge, [tokens], comps)
+    keys = ("exact_max_players", "max_permutations", "min_pairs", "rel_se", "pairs_per_round", "seed", "max_rows")
+    settings = pipeline.Settings(
+        mode=GT[family]["mode"], ig_steps=2, n_primary=2, **{k: GT[k] for k in keys if k in GT}
+    )
+    hf = models.load_hf(model_dir, device)
+    tables = pipeline.model_tables(bridge, tokens, specs, comps, means, settings, hf_model=hf)
+    return {k: tables[k] for k in ("shapley", "interactions", "scores")}
+
+
+@pytest.mark.parametrize(
+    "family, model",
+    [
+        ("heroes", "heroes/sort/seed42/model"),
+        ("ioi", "coax/ioi/seed1/model"),
+        ("gim", "gim/arithmetic/tiny/seed0/model"),
+    ],
+)
+def test_groundtruth_on_cuda(cuda, family, model):
+    """groundtruth_heroes, groundtruth_ioi, groundtruth_gim: Shapley values, interactions
+    and every method's scores, equal to the CPU's."""
+    ec.uninstall()
+    host = _groundtruth_tables(family, CKPT / model, "cpu")
+    ec.install()
+    dev = _groundtruth_tables(family, CKPT / model, "cuda")
+    for name, table in host.items():
+        assert len(table) > 0 and dev[name].equals(table), name
+
+
+# ------------------------------------------------------------- paper B (toys) -----
+def test_coax_ioi_truth_on_cuda(cuda):
+    """coax_ioi_truth's entry point (ioi_experiment.ground_truth): every single and pair
+    ablation of the toy IOI model, its prompts moved as the rule moves them."""
+    from selfrepair.coax import ioi_experiment
+    from selfrepair.core.components import head_components
+    from selfrepair.core.models import load_bridge
+    from selfrepair.tasks import ioi
+
+    prompts = ioi.sample_toy(8, 7)
+
+    def run(device):
+        bridge = load_bridge(CKPT / "coax" / "ioi" / "seed1" / "model", device)
+        heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+        return ioi_experiment.ground_truth(bridge, prompts.to(device), heads, 2, 0.2, 2048)
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    dev = run("cuda")
+    assert dev[0].equals(host[0]) and dev[1].equals(host[1]) and len(host[1]) > 0
+    assert [h.name for h in dev[2]] == [h.name for h in host[2]] and [h.name for h in dev[3]] == [
+        h.name for h in host[3]
+    ]
+
+
+def test_coax_toy_runs_on_cuda(cuda):
+    """coax_ioi_run (run_ioi: COAX and the baselines, wake-up, freezing, knockout) on the
+    toy IOI model, seeded by its ground truth, and coax_induction_run (run_induction) on
+    the toy induction model; every table equal to the CPU's."""
+    import pandas as pd
+
+    from selfrepair.coax import induction_experiment, ioi_experiment
+    from selfrepair.core.components import head_components
+    from selfrepair.core.models import load_bridge
+    from selfrepair.tasks import ioi
+
+    prompts = ioi.sample_toy(8, 11)
+
+    def run(device):
+        bridge = load_bridge(CKPT / "coax" / "ioi" / "seed1" / "model", device)
+        heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+        p = prompts.to(device)
+        _, _, primaries, backups = ioi_experiment.ground_truth(bridge, p, heads, 2, 0.05, 2048)
+        assert primaries and backups  # (three backups here: the discovery scores have positives)
+        res = ioi_experiment.run_ioi(bridge, p, heads, primaries, backups, "v2", 192, 5, None, 1.05, 2, 2048)
+        ind = load_bridge(CKPT / "coax" / "induction" / "t1" / "model", device)
+        res_ind = induction_experiment.run_induction(ind, (5, 8), 16, 8, 3, [2], 2, 2, "v1", 192, 2048)
+        return res, res_ind
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    dev = run("cuda")
+    for h, d in zip(host, dev):
+        assert h.keys() == d.keys()
+        for k, v in h.items():
+            if isinstance(v, pd.DataFrame):
+                assert len(v) > 0 and d[k].equals(v), k
+            else:
+                assert d[k] == v, k
+
+
+def test_coax_training_on_cuda(cuda):
+    """coax_ioi_train (train_toy: head dropout), coax_induction_train and coax_lm_train:
+    two steps of each with its own data and evaluation, weights equal to the CPU's."""
+    from selfrepair.coax import induction_experiment, ioi_experiment, lm_training
+
+    runs = {
+        "ioi": lambda d: ioi_experiment.train_toy(2, 4, 32, 64, seed=1, batch_size=8, max_steps=2, eval_every=2, device=d),
+        "induction": lambda d: induction_experiment.train_model(
+            2, 4, 32, 1, T=(5, 8), vocab=16, batch_size=8, max_steps=2, eval_every=2, device=d
+        ),
+        "lm": lambda d: lm_training.train_model(
+            2, 4, 32, 64, 0, n_ctx=24, batch_size=4, max_steps=2, eval_every=2, device=d
+        ),
+    }  # fmt: skip
+
+    def run(device):
+        out = {}
+        for name, fn in runs.items():
+            model, res = fn(device)
+            out[name] = (res.steps, res.final_accuracy, {k: v.detach().cpu() for k, v in model.state_dict().items()})
+        return out
+
+    ec.uninstall()
+    host = run("cpu")
+    ec.install()
+    dev = run("cuda")
+    for name, (steps, acc, weights) in host.items():
+        assert dev[name][:2] == (steps, acc), name
+        assert dev[name][2].keys() == weights.keys() and all(
+            torch.equal(dev[name][2][k], w) for k, w in weights.items()
+        )
+
+
+# ------------------------------------------------------------- coverage -----------
+# Every rule with a script (workflow/rules/*.smk), the compute rules mapped to the tests
+# above that run their library entry points on the emulated device, the others to why
+# they need none. A new rule fails test_every_rule_is_covered until it is entered here.
+NO_MODEL = "no model: reads tables, writes tables or figures"
+RULES = {
+    "heroes_train": ("test_heroes_train_evaluation_on_cuda", "test_training_loop_on_cuda"),
+    "heroes_grid_train": ("test_heroes_train_evaluation_on_cuda", "test_training_loop_on_cuda"),
+    "heroes_ood": ("test_heroes_scoring_paths_on_cuda",),
+    "heroes_grid_ood": ("test_heroes_scoring_paths_on_cuda",),
+    "heroes_scores": ("test_heroes_scoring_paths_on_cuda", "test_heroes_gradients_on_cuda"),
+    "heroes_probe": ("test_heroes_scoring_paths_on_cuda", "test_heroes_gradients_on_cuda"),
+    "heroes_grid_measure": (
+        "test_heroes_scoring_paths_on_cuda",
+        "test_heroes_grid_measure_at_the_authors_site_on_cuda",
+    ),  # fmt: skip
+    "gim_train": ("test_gim_train_accuracy_on_cuda", "test_training_loop_on_cuda"),
+    "gim_localize": ("test_gim_forward_activations_with_host_tokens", "test_mib_every_method_on_cuda"),
+    "gim_selfrepair": ("test_gim_selfrepair_speed_and_fa_on_cuda",),
+    "gim_speed": ("test_gim_selfrepair_speed_and_fa_on_cuda",),
+    "gim_fa": ("test_gim_selfrepair_speed_and_fa_on_cuda",),
+    "gim_mib": ("test_mib_every_method_on_cuda",),
+    "coax_ioi_train": ("test_coax_training_on_cuda", "test_training_loop_on_cuda"),
+    "coax_induction_train": ("test_coax_training_on_cuda", "test_training_loop_on_cuda"),
+    "coax_lm_train": ("test_coax_training_on_cuda", "test_training_loop_on_cuda"),
+    "coax_ioi_truth": ("test_coax_ioi_truth_on_cuda",),
+    "coax_ioi_run": ("test_coax_toy_runs_on_cuda", "test_coax_real_on_cuda"),
+    "coax_induction_run": ("test_coax_toy_runs_on_cuda", "test_coax_real_on_cuda"),
+    "coax_pruning": ("test_coax_pruning_on_cuda",),
+    "coax_real": ("test_coax_real_on_cuda",),
+    "groundtruth_heroes": ("test_groundtruth_on_cuda",),
+    "groundtruth_ioi": ("test_groundtruth_on_cuda",),
+    "groundtruth_gim": ("test_groundtruth_on_cuda",),
+    "coax_synthetic": "no model: paper B's planted-backup benchmark is numpy only (coax.score.synthetic_benchmark)",
+    **{
+        r: NO_MODEL
+        for r in (
+            "heroes_roles",
+            "heroes_aggregate",
+            "heroes_fig_{_fig}",
+            "heroes_published",
+            "heroes_grid_tables",
+            "heroes_grid_fig_{_fig}",
+            "coax_ioi_tables",
+            "coax_induction_table",
+            "coax_fig",
+            "coax_published",
+            "gim_tables",
+            "gim_faithfulness_figure",
+            "gim_published",
+            "gim_selfrepair_table",
+            "gim_selfrepair_figure",
+            "gim_fa_table",
+            "groundtruth_tables",
+            "groundtruth_figures",
+            "published_summary",
+        )
+    },  # fmt: skip
+}
+
+
+def _rules_with_scripts() -> dict[str, str]:
+    """{rule name: its script's file name} of workflow/rules/*.smk, read as text (no
+    Snakemake): ``rule NAME:`` blocks, rules named in a ``name:`` line (a loop's f-string
+    kept as written), and ``use rule A as B`` (B runs A's script)."""
+    import re
+
+    rules, uses = {}, []
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        name, expect_name = None, False
+        for line in smk.read_text().splitlines():
+            s = line.strip()
+            if m := re.match(r"use rule (\w+) as (\w+)", s):
+                uses.append((m[1], m[2]))
+            elif m := re.match(r"rule (\w+)?\s*:", s):
+                name = m[1]
+            elif s == "name:":
+                expect_name = True
+            elif expect_name:
+                name, expect_name = re.sub(r"^f?[\"']|[\"']$", "", s), False
+            elif m := re.match(r"[\"'].*scripts/(\w+\.py)[\"']", s):
+                assert name, f"a script before a rule's name in {smk.name}: {s}"
+                rules[name] = m[1]
+    for base, new in uses:
+        rules[new] = rules[base]
+    return rules
+
+
+def test_every_rule_is_covered():
+    """Each rule with a script is mapped: a compute rule to tests of this module, a rule
+    without a model to the reason, and that reason is checked: its script loads no model
+    and names no device."""
+    import re
+
+    rules = _rules_with_scripts()
+    assert len(rules) >= 40 and "heroes_grid_ood" in rules and "heroes_fig_{_fig}" in rules
+    assert not set(rules) - set(RULES), (
+        f"rules without a device test or a reason here: {sorted(set(rules) - set(RULES))}"
+    )
+    assert not set(RULES) - set(rules), f"no such rule any more: {sorted(set(RULES) - set(rules))}"
+    for rule, cover in RULES.items():
+        if isinstance(cover, str):
+            text = (ROOT / "scripts" / rules[rule]).read_text()
+            assert not re.search(r"load_bridge|load_hf|device|torch", text), f"{rule} has a model: give it a test"
+        else:
+            assert cover and all(callable(globals().get(t)) for t in cover), (rule, cover)
