@@ -7,28 +7,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from job_stub import Named
 from selfrepair.core import models, runtime
 from selfrepair.tasks import sequences as S
-
-
-class _Named(list):
-    """A Snakemake Namedlist stand-in: a list with named items (``items()``)."""
-
-    def __init__(self, **named):
-        super().__init__(named.values())
-        self._named = named
-
-    def items(self):
-        return self._named.items()
 
 
 def job(rule, wildcards, inputs=(), outputs=()):
     smk = SimpleNamespace(
         rule=rule,
-        wildcards=_Named(**wildcards),
-        params=_Named(seed=wildcards.get("seed", "0"), model={"n_layers": 1}),
-        input=_Named(**{f"i{k}": v for k, v in enumerate(inputs)}),
-        output=_Named(**{f"o{k}": v for k, v in enumerate(outputs)}),
+        wildcards=Named(**wildcards),
+        params=Named(seed=wildcards.get("seed", "0"), model={"n_layers": 1}),
+        input=Named(**{f"i{k}": v for k, v in enumerate(inputs)}),
+        output=Named(**{f"o{k}": v for k, v in enumerate(outputs)}),
     )
     return runtime.job_record(smk)
 

@@ -11,25 +11,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from job_stub import Named
 from selfrepair.core import runtime
-
-
-class _Named(list):
-    def __init__(self, **named):
-        super().__init__(named.values())
-        self._named = named
-
-    def items(self):
-        return self._named.items()
 
 
 def _smk(rule, inputs=(), outputs=()):
     return SimpleNamespace(
         rule=rule,
-        wildcards=_Named(),
-        params=_Named(threshold=6),
-        input=_Named(**{f"i{k}": v for k, v in enumerate(inputs)}),
-        output=_Named(**{f"o{k}": v for k, v in enumerate(outputs)}),
+        wildcards=Named(),
+        params=Named(threshold=6),
+        input=Named(**{f"i{k}": v for k, v in enumerate(inputs)}),
+        output=Named(**{f"o{k}": v for k, v in enumerate(outputs)}),
     )
 
 
