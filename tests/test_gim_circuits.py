@@ -11,8 +11,6 @@ warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, load_bridge, save_model  # noqa: E402
 from selfrepair.gim.attribute import (  # noqa: E402
-    _slots_equal,
-    _values_equal,
     edge_scores,
     exact_edge_patching,
     exact_patching_rows,
@@ -25,6 +23,7 @@ from selfrepair.gim.attribute import (  # noqa: E402
 )
 from selfrepair.gim.backward import GIMConfig, gim  # noqa: E402
 from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curve, logit_diff, patched, run_circuit  # noqa: E402
+from selfrepair.gim.flow_routes import _slots_equal, _values_equal  # noqa: E402
 from selfrepair.gim.graph import (  # noqa: E402
     Graph,
     from_mib_json,
