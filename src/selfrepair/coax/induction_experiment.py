@@ -122,8 +122,29 @@ def run_induction(
     prim = [parse(n) for n in sorted(ind, key=lambda n: -ind[n])[:n_primary]]
     cands = [h for h in heads if h not in prim]
     sc = coax.scan(bridge, cal, cands, prim, protocol, top_r, max_rows=max_rows)
-    t = sc.table.set_index("unit")
-    htab = pd.DataFrame(
+    htab = _heads_table(heads, ind, prim, sc.table)
+    ranked = [parse(u) for u in sc.table.sort_values("comp", ascending=False)["unit"]]
+    rng = np.random.default_rng(seed)
+    metric = lambda lg: float(repeated_logprob(lg.cpu(), ev, ev_lens))  # noqa: E731
+    base = run_ablated(bridge, ev, [[], prim], reduce=metric, max_rows=max_rows)
+    rows = []
+    for k in ks:
+        rows += _set_rows(bridge, ev, metric, base, prim, cands, ranked, k, rng, n_random, max_rows)
+    sets_t = pd.DataFrame(rows)
+    return {
+        "heads": htab,
+        "sets": sets_t,
+        "clean_logprob": base[0],
+        "primaries_logprob": base[1],
+        "primaries": [p.name for p in prim],
+    }
+
+
+def _heads_table(heads, ind: dict, prim, scan_table: pd.DataFrame) -> pd.DataFrame:
+    """Per head: its induction score, whether it is a primary, and COAX's single, cond
+    and comp (NaN for the primaries, which are not scanned)."""
+    t = scan_table.set_index("unit")
+    return pd.DataFrame(
         [
             {
                 "unit": h.name,
@@ -136,50 +157,40 @@ def run_induction(
             for h in heads
         ]
     )
-    ranked = [parse(u) for u in sc.table.sort_values("comp", ascending=False)["unit"]]
-    rng = np.random.default_rng(seed)
-    rows = []
-    metric = lambda lg: float(repeated_logprob(lg.cpu(), ev, ev_lens))  # noqa: E731
-    base = run_ablated(bridge, ev, [[], prim], reduce=metric, max_rows=max_rows)
-    for k in ks:
-        k_eff = min(k, len(cands))
-        coax_set = ranked[:k_eff]
-        rand_sets = [[cands[i] for i in rng.choice(len(cands), k_eff, replace=False)] for _ in range(n_random)]
-        sets = [coax_set] + rand_sets
-        alone = run_ablated(bridge, ev, sets, reduce=metric, max_rows=max_rows)
-        withs = run_ablated(bridge, ev, [prim + s for s in sets], reduce=metric, max_rows=max_rows)
-        d_alone = [base[0] - v for v in alone]
-        d_with = [base[1] - v for v in withs]
-        rows.append(
-            {
-                "k": k,
-                "k_eff": k_eff,
-                "n_candidates": len(cands),
-                "method": "coax",
-                "units": " ".join(c.name for c in coax_set),
-                "drop_alone": d_alone[0],
-                "drop_with_primaries": d_with[0],
-            }
-        )
-        rows.append(
-            {
-                "k": k,
-                "k_eff": k_eff,
-                "n_candidates": len(cands),
-                "method": "random",
-                "units": "",
-                "drop_alone": float(np.mean(d_alone[1:])),
-                "drop_with_primaries": float(np.mean(d_with[1:])),
-            }
-        )
-    sets_t = pd.DataFrame(rows)
-    return {
-        "heads": htab,
-        "sets": sets_t,
-        "clean_logprob": base[0],
-        "primaries_logprob": base[1],
-        "primaries": [p.name for p in prim],
-    }
+
+
+def _set_rows(bridge, ev, metric, base, prim, cands, ranked, k, rng, n_random: int, max_rows: int) -> list[dict]:
+    """The two rows of one ``k``: the drop of the metric with COAX's top k ablated, alone
+    and with the primaries, and the mean drops of ``n_random`` random sets of k
+    candidates (drawn from ``rng``)."""
+    k_eff = min(k, len(cands))
+    coax_set = ranked[:k_eff]
+    rand_sets = [[cands[i] for i in rng.choice(len(cands), k_eff, replace=False)] for _ in range(n_random)]
+    sets = [coax_set] + rand_sets
+    alone = run_ablated(bridge, ev, sets, reduce=metric, max_rows=max_rows)
+    withs = run_ablated(bridge, ev, [prim + s for s in sets], reduce=metric, max_rows=max_rows)
+    d_alone = [base[0] - v for v in alone]
+    d_with = [base[1] - v for v in withs]
+    return [
+        {
+            "k": k,
+            "k_eff": k_eff,
+            "n_candidates": len(cands),
+            "method": "coax",
+            "units": " ".join(c.name for c in coax_set),
+            "drop_alone": d_alone[0],
+            "drop_with_primaries": d_with[0],
+        },
+        {
+            "k": k,
+            "k_eff": k_eff,
+            "n_candidates": len(cands),
+            "method": "random",
+            "units": "",
+            "drop_alone": float(np.mean(d_alone[1:])),
+            "drop_with_primaries": float(np.mean(d_with[1:])),
+        },
+    ]
 
 
 def ratio_table(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:

@@ -186,44 +186,11 @@ def run_ioi(
     table["wake"] = table["unit"].map(wake)
     bset = {b.name for b in backups}
     table["backup"] = table["unit"].isin(bset)
-    disc = []
-    for name, fn in baselines.DISCOVERY_METHODS.items():
-        s = fn(table)
-        ranked = list(table.assign(s=s).sort_values("s", ascending=False)["unit"])
-        hit, share = recall_at_k(ranked, bset, top_k)
-        disc.append(
-            {
-                "method": name,
-                "roc_auc": roc_auc(s, table["backup"]),
-                "top_k": top_k,
-                "hits": hit,
-                "n_backups": len(bset),
-                "n_candidates": len(cands),
-            }
-        )
-    disc = pd.DataFrame(disc)
+    disc = _discovery(table, bset, top_k, len(cands))
 
     wc["group"] = wc["unit"].map(lambda u: "backup" if u in bset else "other")
 
-    # freezing the backups at their clean outputs
-    clean_z = pfx.z
-    with torch.no_grad():
-        m0 = float(logit_diff(pfx.logits(last).cpu(), prompts))
-    d_p = _patched_drop(bridge, prompts, primaries, [], clean_z, pfx, m0)
-    d_fb = _patched_drop(bridge, prompts, primaries, backups, clean_z, pfx, m0)
-    d_fa = _patched_drop(bridge, prompts, primaries, cands, clean_z, pfx, m0)
-    repair = d_fa - d_p
-    freeze = pd.DataFrame(
-        [
-            {
-                "drop_primaries": d_p,
-                "drop_backups_frozen": d_fb,
-                "drop_all_frozen": d_fa,
-                "repair_total": repair,
-                "repair_removed_share": (d_fb - d_p) / repair if repair != 0 else float("nan"),
-            }
-        ]
-    )
+    freeze = _freeze(bridge, prompts, primaries, backups, cands, pfx, last)
 
     # attribution recovery and knockout
     k = k_recovered if k_recovered is not None else max(1, len(backups))
@@ -236,7 +203,66 @@ def run_ioi(
         "primaries+ground_truth": primaries + backups,
         "primaries+own_topk": primaries + own,
     }
+    ko = _knockout(pfx, prompts, sets, max_rows, last)
+    return {
+        "scores": table,
+        "discovery": disc,
+        "wake": wc,
+        "freeze": freeze,
+        "knockout": ko,
+        "forward_passes": sc.forward_passes,
+        "recovered": [c.name for c in rec],
+    }
 
+
+def _discovery(table: pd.DataFrame, bset: set, top_k: int, n_candidates: int) -> pd.DataFrame:
+    """ROC-AUC and top-k recall of the backups ``bset`` per discovery method, each
+    method's ranking of the candidates in ``table``."""
+    disc = []
+    for name, fn in baselines.DISCOVERY_METHODS.items():
+        s = fn(table)
+        ranked = list(table.assign(s=s).sort_values("s", ascending=False)["unit"])
+        hit, share = recall_at_k(ranked, bset, top_k)
+        disc.append(
+            {
+                "method": name,
+                "roc_auc": roc_auc(s, table["backup"]),
+                "top_k": top_k,
+                "hits": hit,
+                "n_backups": len(bset),
+                "n_candidates": n_candidates,
+            }
+        )
+    return pd.DataFrame(disc)
+
+
+def _freeze(bridge, prompts: IOIPrompts, primaries, backups, cands, pfx: Prefix, last) -> pd.DataFrame:
+    """Freezing the backups at their clean outputs: the drop of the logit difference with
+    the primaries ablated, with the backups (or every candidate) frozen too, and the
+    share of the repair that freezing the backups removes."""
+    clean_z = pfx.z
+    with torch.no_grad():
+        m0 = float(logit_diff(pfx.logits(last).cpu(), prompts))
+    d_p = _patched_drop(bridge, prompts, primaries, [], clean_z, pfx, m0)
+    d_fb = _patched_drop(bridge, prompts, primaries, backups, clean_z, pfx, m0)
+    d_fa = _patched_drop(bridge, prompts, primaries, cands, clean_z, pfx, m0)
+    repair = d_fa - d_p
+    return pd.DataFrame(
+        [
+            {
+                "drop_primaries": d_p,
+                "drop_backups_frozen": d_fb,
+                "drop_all_frozen": d_fa,
+                "repair_total": repair,
+                "repair_removed_share": (d_fb - d_p) / repair if repair != 0 else float("nan"),
+            }
+        ]
+    )
+
+
+def _knockout(pfx: Prefix, prompts: IOIPrompts, sets: dict, max_rows: int, last) -> pd.DataFrame:
+    """The logit difference, its drop from the clean run and the accuracy with each of
+    ``sets`` ({name: heads}, the first the clean run's empty set) ablated."""
     outs = run_resumed(
         pfx,
         list(sets.values()),
@@ -245,7 +271,7 @@ def run_ioi(
         positions=last,
     )
     m0 = outs[0][0]
-    ko = pd.DataFrame(
+    return pd.DataFrame(
         [
             {
                 "set": n,
@@ -258,15 +284,6 @@ def run_ioi(
             for (n, s), o in zip(sets.items(), outs)
         ]
     )
-    return {
-        "scores": table,
-        "discovery": disc,
-        "wake": wc,
-        "freeze": freeze,
-        "knockout": ko,
-        "forward_passes": sc.forward_passes,
-        "recovered": [c.name for c in rec],
-    }
 
 
 def parse_name(name):
