@@ -131,59 +131,74 @@ def gradient_norms_gpt2(
         for batch in batches:
             acts: dict = {}
             grads: dict = {}
-
-            def leaf(module, args, kwargs):
-                x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
-                return ((x,) + tuple(args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
-
-            def keep_grad(store, name):
-                def hook(g):
-                    store[name] = g.detach()
-
-                return hook
-
-            def qkv_hook(layer):
-                def fn(module, args, out):
-                    acts[f"v_in{layer}"] = args[0].detach()
-                    out.register_hook(keep_grad(grads, f"qkv{layer}"))
-
-                return fn
-
-            def post_hook(layer):
-                def fn(module, args):
-                    acts[f"post{layer}"] = args[0].detach()
-
-                return fn
-
-            def mlp_hook(layer):
-                def fn(module, args, out):
-                    out.register_hook(keep_grad(grads, f"mlp{layer}"))
-
-                return fn
-
-            blocks = hf.transformer.h
-            handles = [blocks[0].register_forward_pre_hook(leaf, with_kwargs=True)]
-            for layer in layers:
-                handles.append(blocks[layer].attn.c_attn.register_forward_hook(qkv_hook(layer)))
-                handles.append(blocks[layer].mlp.c_proj.register_forward_pre_hook(post_hook(layer)))
-                handles.append(blocks[layer].mlp.register_forward_hook(mlp_hook(layer)))
+            handles = []  # filled as each hook is registered: the finally below removes them
+            _register_gpt2_hooks(hf, layers, acts, grads, handles)
             logits = hf(input_ids=batch.tokens).logits
             loss_fn(logits, batch).backward()
             for h in handles:
                 h.remove()
             handles = []
-            dh = d // n_heads
-            for layer in layers:
-                x = acts[f"v_in{layer}"].flatten(0, 1)
-                gv = x.T @ grads[f"qkv{layer}"][..., 2 * d :].flatten(0, 1)  # [d_model, n_heads * d_head]
-                gout = acts[f"post{layer}"].flatten(0, 1).T @ grads[f"mlp{layer}"].flatten(0, 1)
-                for c in (c for c in components if c.layer == layer):
-                    gw = gv[:, c.head * dh : (c.head + 1) * dh] if c.is_head else gout
-                    norm = float(gw.double().norm())
-                    result[c.name].append(_normalized(norm, gw.numel(), normalization))
+            _add_gpt2_norms(result, acts, grads, layers, components, d, n_heads, normalization)
     finally:
         for h in handles:
             h.remove()
         for p, flag in flags:
             p.requires_grad_(flag)
     return result
+
+
+def _register_gpt2_hooks(hf, layers, acts: dict, grads: dict, handles: list) -> None:
+    """The hooks of :func:`gradient_norms_gpt2` on the GPT-2 modules, registered: the
+    embedding output made the leaf, and per layer the value projection's input and
+    output gradient, the MLP's GELU output and output gradient, kept in ``acts`` and
+    ``grads``; their handles go into ``handles`` as each is registered."""
+
+    def leaf(module, args, kwargs):
+        x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
+        return ((x,) + tuple(args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+
+    def keep_grad(store, name):
+        def hook(g):
+            store[name] = g.detach()
+
+        return hook
+
+    def qkv_hook(layer):
+        def fn(module, args, out):
+            acts[f"v_in{layer}"] = args[0].detach()
+            out.register_hook(keep_grad(grads, f"qkv{layer}"))
+
+        return fn
+
+    def post_hook(layer):
+        def fn(module, args):
+            acts[f"post{layer}"] = args[0].detach()
+
+        return fn
+
+    def mlp_hook(layer):
+        def fn(module, args, out):
+            out.register_hook(keep_grad(grads, f"mlp{layer}"))
+
+        return fn
+
+    blocks = hf.transformer.h
+    handles.append(blocks[0].register_forward_pre_hook(leaf, with_kwargs=True))
+    for layer in layers:
+        handles.append(blocks[layer].attn.c_attn.register_forward_hook(qkv_hook(layer)))
+        handles.append(blocks[layer].mlp.c_proj.register_forward_pre_hook(post_hook(layer)))
+        handles.append(blocks[layer].mlp.register_forward_hook(mlp_hook(layer)))
+
+
+def _add_gpt2_norms(result: dict, acts: dict, grads: dict, layers, components, d: int, n_heads: int, normalization):
+    """Append to ``result`` each component's weight-gradient norm of one batch, formed
+    from the hooked pairs (float32 products, float64 norms)."""
+    dh = d // n_heads
+    for layer in layers:
+        x = acts[f"v_in{layer}"].flatten(0, 1)
+        gv = x.T @ grads[f"qkv{layer}"][..., 2 * d :].flatten(0, 1)  # [d_model, n_heads * d_head]
+        gout = acts[f"post{layer}"].flatten(0, 1).T @ grads[f"mlp{layer}"].flatten(0, 1)
+        for c in (c for c in components if c.layer == layer):
+            gw = gv[:, c.head * dh : (c.head + 1) * dh] if c.is_head else gout
+            norm = float(gw.double().norm())
+            result[c.name].append(_normalized(norm, gw.numel(), normalization))

@@ -217,73 +217,24 @@ def model_tables(
         t1, c1 = time.perf_counter(), time.process_time()
         t_shap = t1 - t0
         run1, other_run = _n_run(by_game), _n_run(other_games)
-        singles, pairs = sh.pairwise_interactions(game, components)
-        single = dict(zip(singles["unit"], singles["drop"]))
-        idx = {c.name: i for i, c in enumerate(components)}
-        pairs["shapley_interaction"] = (
-            [float(sii[idx[u], idx[v]]) for u, v in zip(pairs["u"], pairs["v"])] if sii is not None else np.nan
-        )
-        pairs.insert(0, "game", spec.name)
+        single, pairs = _pairs_table(game, spec.name, components, sii)
         inter_frames.append(pairs)
         shap_rows += shapley_rows(res, components, game=spec.name, single=single)
-        timing.append(
-            {
-                "part": f"shapley {spec.name}",
-                "seconds": t_shap,
-                "cpu_s": c1 - c0,
-                "coalitions": res.n_evaluations,
-                "run": run1 - run0,
-            }
-        )
+        timing.append(_timing_row(f"shapley {spec.name}", t_shap, c1 - c0, res.n_evaluations, run1 - run0))
         by_mode = {
             settings.mode: single,
             other: _singles(other_games[spec.name], components),
         }
         t2, c2 = time.perf_counter(), time.process_time()
         if method_scores is None and spec is grad_spec:
-            method_scores = methods.all_methods(
-                bridge,
-                tokens,
-                components,
-                spec.reduce,
-                by_mode,
-                settings.mode,
-                means,
-                settings.n_primary,
-                settings.ig_steps,
-                settings.protocol,
-                settings.top_r,
-                settings.max_rows,
-                hf_model=hf_model,
+            method_scores, timing_methods, method_timing = _methods_once(
+                bridge, tokens, components, spec, by_mode, means, settings, hf_model, t2, c2
             )
-            timing_methods = {
-                "part": "methods",
-                "seconds": time.perf_counter() - t2,
-                "cpu_s": time.process_time() - c2,
-                "coalitions": 0,
-                "run": 0,
-            }
-            # the newest methods on their own too (their time is within part "methods")
-            method_timing = [
-                {"part": f"method {m}", **t, "coalitions": 0, "run": 0}
-                for m, t in method_scores.attrs.get("timing", {}).items()
-            ]
         t3, c3 = time.perf_counter(), time.process_time()
-        rows = [
-            {"method": m, "component": k, "score": v}
-            for m, d in [("single", single)] + [(f"single_{md}", d) for md, d in by_mode.items()]
-            for k, v in d.items()
-        ]
-        score_frames.append(pd.DataFrame(rows).assign(game=spec.name))
-        timing.append(
-            {
-                "part": f"pairs and singles {spec.name}",
-                "seconds": (t2 - t1) + (time.perf_counter() - t3),
-                "cpu_s": (c2 - c1) + (time.process_time() - c3),
-                "coalitions": 0,
-                "run": _n_run(by_game) + _n_run(other_games) - run1 - other_run,
-            }
-        )
+        score_frames.append(_single_scores(single, by_mode).assign(game=spec.name))
+        seconds, cpu_s = (t2 - t1) + (time.perf_counter() - t3), (c2 - c1) + (time.process_time() - c3)
+        run = _n_run(by_game) + _n_run(other_games) - run1 - other_run
+        timing.append(_timing_row(f"pairs and singles {spec.name}", seconds, cpu_s, 0, run))
     timing.append(timing_methods)
     timing += method_timing
     # the gradient and COAX methods (one set, on the differentiable game's metric) stand
@@ -299,3 +250,64 @@ def model_tables(
         "timing": pd.DataFrame(timing),
         "primaries": method_scores.attrs["primaries"],
     }
+
+
+def _timing_row(part: str, seconds: float, cpu_s: float, coalitions: int, run: int) -> dict:
+    """One row of the ``timing`` table."""
+    return {"part": part, "seconds": seconds, "cpu_s": cpu_s, "coalitions": coalitions, "run": run}
+
+
+def _pairs_table(game, name: str, components: list, sii) -> tuple[dict, pd.DataFrame]:
+    """(single drop per component, the pairs table of game ``name``: each pair's
+    interaction and, from the exact values, its Shapley interaction index; NaN without)."""
+    singles, pairs = sh.pairwise_interactions(game, components)
+    single = dict(zip(singles["unit"], singles["drop"]))
+    idx = {c.name: i for i, c in enumerate(components)}
+    pairs["shapley_interaction"] = (
+        [float(sii[idx[u], idx[v]]) for u, v in zip(pairs["u"], pairs["v"])] if sii is not None else np.nan
+    )
+    pairs.insert(0, "game", name)
+    return single, pairs
+
+
+def _methods_once(bridge, tokens, components, spec, by_mode, means, settings: Settings, hf_model, t2, c2):
+    """Every method's scores on the differentiable game ``spec`` (once per model), the
+    timing row of part ``methods`` (from ``t2``, ``c2``) and those of its newest methods."""
+    method_scores = methods.all_methods(
+        bridge,
+        tokens,
+        components,
+        spec.reduce,
+        by_mode,
+        settings.mode,
+        means,
+        settings.n_primary,
+        settings.ig_steps,
+        settings.protocol,
+        settings.top_r,
+        settings.max_rows,
+        hf_model=hf_model,
+    )
+    timing_methods = {
+        "part": "methods",
+        "seconds": time.perf_counter() - t2,
+        "cpu_s": time.process_time() - c2,
+        "coalitions": 0,
+        "run": 0,
+    }
+    # the newest methods on their own too (their time is within part "methods")
+    method_timing = [
+        {"part": f"method {m}", **t, "coalitions": 0, "run": 0}
+        for m, t in method_scores.attrs.get("timing", {}).items()
+    ]
+    return method_scores, timing_methods, method_timing
+
+
+def _single_scores(single: dict, by_mode: dict) -> pd.DataFrame:
+    """The single-drop methods' scores (``single``, and ``single_<mode>`` per mode)."""
+    rows = [
+        {"method": m, "component": k, "score": v}
+        for m, d in [("single", single)] + [(f"single_{md}", d) for md, d in by_mode.items()]
+        for k, v in d.items()
+    ]
+    return pd.DataFrame(rows)

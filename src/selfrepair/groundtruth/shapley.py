@@ -381,6 +381,32 @@ def permutation_shapley(
     """
     players = list(players)
     n = len(players)
+    _check_permutation_args(n, max_permutations, rel_se, min_pairs, pairs_per_round)
+    block = block or max(1, -(-n // 4))
+    rng = np.random.default_rng(seed)
+    cache = _Cache(game, players, chunk)
+    full = (1 << n) - 1
+    cache.fill([0, full])
+    pair_est, est, se, n_trunc, converged = _pair_rounds(
+        cache, n, rng, max_permutations // 2, pairs_per_round, min_pairs, rel_se, floor, block
+    )
+    return ShapleyResult(
+        players=players,
+        values=est,
+        se=se,
+        v_empty=cache.values[0],
+        v_full=cache.values[full],
+        method="permutation",
+        n_permutations=2 * len(pair_est),
+        n_evaluations=len(cache.values),
+        n_truncated=n_trunc,
+        converged=converged,
+        n_pairs=len(pair_est),
+    )
+
+
+def _check_permutation_args(n: int, max_permutations: int, rel_se: float, min_pairs, pairs_per_round) -> None:
+    """The ValueErrors of :func:`permutation_shapley`, raised before any evaluation."""
     if n == 0:
         raise ValueError("no players")
     if not isinstance(min_pairs, (int, np.integer)) or min_pairs < 2:
@@ -396,12 +422,10 @@ def permutation_shapley(
             f"max_permutations = {max_permutations} allows {max_permutations // 2} antithetic pairs, fewer than "
             f"min_pairs = {min_pairs}: set max_permutations >= {2 * min_pairs} (2 x min_pairs) or lower min_pairs"
         )
-    block = block or max(1, -(-n // 4))
-    rng = np.random.default_rng(seed)
-    cache = _Cache(game, players, chunk)
-    full = (1 << n) - 1
-    cache.fill([0, full])
-    max_pairs = max_permutations // 2
+
+
+def _pair_rounds(cache: _Cache, n: int, rng, max_pairs: int, pairs_per_round: int, min_pairs, rel_se, floor, block):
+    """The rounds of :func:`permutation_shapley`: (pair estimates, mean, se, n_truncated, converged)."""
     pair_est: list[np.ndarray] = []
     n_trunc = 0
     converged = False
@@ -421,16 +445,4 @@ def permutation_shapley(
         if k >= min_pairs and bool(np.all(se <= rel_se * (est.max() - est.min()))):
             converged = True
             break
-    return ShapleyResult(
-        players=players,
-        values=est,
-        se=se,
-        v_empty=cache.values[0],
-        v_full=cache.values[full],
-        method="permutation",
-        n_permutations=2 * len(pair_est),
-        n_evaluations=len(cache.values),
-        n_truncated=n_trunc,
-        converged=converged,
-        n_pairs=len(pair_est),
-    )
+    return pair_est, est, se, n_trunc, converged
