@@ -59,7 +59,7 @@ rule coax_synthetic:
         synthetic=COAX["synthetic"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("coax/score", "core/stats"),
+        code=code_hash("coax/score", "coax/wake_up", "core/stats"),
     script:
         "../../scripts/coax_synthetic.py"
 
@@ -83,7 +83,13 @@ rule coax_ioi_train:
         train=C_IOI["train"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "core/train", "coax/ioi_experiment", "tasks/ioi"),
+        code=code_hash(
+            "core/models",
+            "core/model_files",
+            "core/train",
+            "coax/ioi_experiment",
+            "tasks/ioi",
+        ),
     script:
         "../../scripts/coax_ioi_train.py"
 
@@ -112,7 +118,11 @@ rule coax_ioi_truth:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "core/models", "core/interventions", "coax/ioi_experiment", "tasks/ioi"
+            "core/models",
+            "core/model_files",
+            "core/interventions",
+            "coax/ioi_experiment",
+            "tasks/ioi",
         ),
     script:
         "../../scripts/coax_ioi_truth.py"
@@ -150,10 +160,13 @@ rule coax_ioi_run:
         code=code_hash(
             "coax/ioi_experiment",
             "coax/score",
+            "coax/wake_up",
             "coax/baselines",
+            "coax/head_gradients",
             "core/interventions",
             "core/stats",
             "core/models",
+            "core/model_files",
             "tasks/ioi",
         ),
     script:
@@ -181,7 +194,7 @@ rule coax_ioi_tables:
     conda:
         "../../envs/selfrepair.yaml"
     params:
-        code=code_hash("coax/score", "core/stats"),
+        code=code_hash("coax/score", "coax/wake_up", "core/stats"),
     script:
         "../../scripts/coax_ioi_tables.py"
 
@@ -207,7 +220,11 @@ rule coax_induction_train:
         device=DEVICE,
         numerics=NUMERICS,
         code=code_hash(
-            "core/models", "core/train", "coax/induction_experiment", "tasks/induction"
+            "core/models",
+            "core/model_files",
+            "core/train",
+            "coax/induction_experiment",
+            "tasks/induction",
         ),
     script:
         "../../scripts/coax_induction_train.py"
@@ -244,8 +261,10 @@ rule coax_induction_run:
         code=code_hash(
             "coax/induction_experiment",
             "coax/score",
+            "coax/wake_up",
             "core/interventions",
             "core/models",
+            "core/model_files",
             "tasks/induction",
         ),
     script:
@@ -287,7 +306,13 @@ rule coax_lm_train:
         train=C_PR["train"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "core/train", "coax/lm_training", "tasks/lm"),
+        code=code_hash(
+            "core/models",
+            "core/model_files",
+            "core/train",
+            "coax/lm_training",
+            "tasks/lm",
+        ),
     script:
         "../../scripts/coax_lm_train.py"
 
@@ -322,9 +347,12 @@ rule coax_pruning:
         code=code_hash(
             "coax/pruning",
             "coax/score",
+            "coax/wake_up",
             "coax/baselines",
+            "coax/head_gradients",
             "core/interventions",
             "core/models",
+            "core/model_files",
             "tasks/lm",
         ),
     script:
@@ -368,10 +396,13 @@ rule coax_real:
             "coax/ioi_experiment",
             "coax/induction_experiment",
             "coax/score",
+            "coax/wake_up",
             "coax/baselines",
+            "coax/head_gradients",
             "core/interventions",
             "core/stats",
             "core/models",
+            "core/model_files",
             "tasks/ioi",
             "tasks/induction",
         ),

@@ -69,6 +69,7 @@ G_TRAIN_CODE = (
     "gim/training",
     "core/train",
     "core/models",
+    "core/model_files",
     "tasks/counterfactual",
     "tasks/registry",
     "tasks/mcqa",
@@ -82,13 +83,18 @@ G_CODE_FA = (
     "tasks/classify",
     "tasks/counterfactual",
     "core/models",
+    "core/model_files",
 )
 G_CODE = (
     "gim/backward",
     "gim/graph",
     "gim/hooks",
     "gim/evaluate",
+    "gim/edge_patch",
     "gim/attribute",
+    "gim/patching",
+    "gim/flow_routes",
+    "gim/mib_weights",
     "gim/localization",
     "tasks/counterfactual",
     "tasks/registry",
@@ -175,7 +181,7 @@ rule gim_localize:
         tie_orders=GIM["ifr_tie_orders"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "core/models"),
+        code=code_hash(*G_CODE, "core/models", "core/model_files"),
     script:
         "../../scripts/gim_localize.py"
 
@@ -259,7 +265,7 @@ rule gim_speed:
         batch_size=GIM["batch_size"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "core/models"),
+        code=code_hash(*G_CODE, "core/models", "core/model_files"),
     script:
         "../../scripts/gim_speed.py"
 
@@ -317,7 +323,9 @@ rule gim_selfrepair:
         data_seed=GIM["data_seed"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "gim/selfrepair_attention", "core/models"),
+        code=code_hash(
+            *G_CODE, "gim/selfrepair_attention", "core/models", "core/model_files"
+        ),
     script:
         "../../scripts/gim_selfrepair.py"
 
@@ -454,6 +462,6 @@ rule gim_mib:
         tie_orders=GIM["ifr_tie_orders"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "tasks/mib", "core/models"),
+        code=code_hash(*G_CODE, "tasks/mib", "core/models", "core/model_files"),
     script:
         "../../scripts/gim_mib.py"

@@ -32,6 +32,7 @@ GT_CODE = code_hash(
     "core/engine",
     "core/attribution",
     "coax/score",
+    "coax/wake_up",
     "gim/backward",
 )
 
@@ -175,6 +176,7 @@ rule groundtruth_tables:
             "groundtruth/agreement",
             "groundtruth/labels",
             "coax/baselines",
+            "coax/head_gradients",
         ),
     script:
         "../../scripts/groundtruth_tables.py"

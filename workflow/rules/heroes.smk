@@ -78,6 +78,7 @@ rule heroes_train:
         numerics=NUMERICS,
         code=code_hash(
             "core/models",
+            "core/model_files",
             "core/train",
             "core/engine",
             "heroes/scores",
@@ -111,7 +112,13 @@ rule heroes_ood:
         n_eval=HEROES["scores"]["n_eval"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "core/engine", "heroes/scores", "tasks/sequences"),
+        code=code_hash(
+            "core/models",
+            "core/model_files",
+            "core/engine",
+            "heroes/scores",
+            "tasks/sequences",
+        ),
     script:
         "../../scripts/heroes_ood.py"
 
@@ -139,6 +146,7 @@ rule heroes_scores:
         numerics=NUMERICS,
         code=code_hash(
             "core/models",
+            "core/model_files",
             "core/attribution",
             "core/engine",
             "heroes/scores",
@@ -201,7 +209,13 @@ rule heroes_probe:
         ablation=HEROES["scores"]["ablation"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "core/engine", "heroes/scores", "core/components"),
+        code=code_hash(
+            "core/models",
+            "core/model_files",
+            "core/engine",
+            "heroes/scores",
+            "core/components",
+        ),
     script:
         "../../scripts/heroes_probe.py"
 
@@ -352,6 +366,8 @@ rule heroes_published:
         thresholds=HEROES["roles"]["thresholds"],
         protocol=H_PROTOCOL,
         authors_seeds=len(HEROES["grid"]["main_seeds"]),
-        code=code_hash("heroes/claims", "core/published", "core/analysis"),
+        code=code_hash(
+            "heroes/claims", "heroes/grid_claims", "core/published", "core/analysis"
+        ),
     script:
         "../../scripts/heroes_published.py"

@@ -59,7 +59,13 @@ use rule heroes_train as heroes_grid_train with:
         max_length=max(HEROES["ood"]["lengths"]),
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash("core/models", "core/train", "heroes/scores", "tasks/sequences"),
+        code=code_hash(
+            "core/models",
+            "core/model_files",
+            "core/train",
+            "heroes/scores",
+            "tasks/sequences",
+        ),
 
 
 use rule heroes_ood as heroes_grid_ood with:
@@ -106,6 +112,7 @@ rule heroes_grid_measure:
         numerics=NUMERICS,
         code=code_hash(
             "core/models",
+            "core/model_files",
             "core/attribution",
             "core/engine",
             "heroes/scores",
@@ -168,6 +175,7 @@ rule heroes_grid_tables:
         code=code_hash(
             "heroes/grid_tables",
             "heroes/claims",
+            "heroes/grid_claims",
             "heroes/grid",
             "core/analysis",
             "core/published",
