@@ -18,6 +18,7 @@ things live; tests/test_docs.py keeps its paths and package list true.
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -419,3 +420,88 @@ def test_the_size_checks_see_an_oversized_function_and_file(tmp_path):
     (pkg / "p" / "big.py").write_text("x = 0\n" * 451)
     (pkg / "p" / "fits.py").write_text("x = 0\n" * 450)
     assert long_files(pkg) == ["src/p/big.py (451 lines)"]
+
+
+# ---------------------------------------------------------------- docs/ARCHITECTURE.md -
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+_CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+_PACKAGE_ROW = re.compile(r"^\|\s*`src/selfrepair/(\w+)/`\s*\|")
+_PATH_SUFFIXES = (".py", ".md", ".yaml", ".smk", ".csv", ".png", ".txt")
+
+
+def architecture_problems(text: str, root: Path = ROOT) -> list[str]:
+    """What docs/ARCHITECTURE.md's ``text`` gets wrong about the repository at ``root``:
+
+    * a code span that names a path (it holds a ``/``, or is a ``.py`` file name, or is
+      ``Snakefile``) that does not exist: tried from the root, then under src/selfrepair/
+      (``coax/score.py``), and a bare ``x.py`` in a package's table row in that package;
+      placeholders (``<name>``, ``{seed}``) are not paths. A ``results/`` path outside
+      ``results/reference/`` is a workflow output: it must be a target of a ``snakemake``
+      command of the page (tests/test_docs.py dry-runs that command, so the run plans it);
+    * the packages of its table (rows starting ``| `src/selfrepair/<name>/` |``) against
+      the packages of src/selfrepair/."""
+    src = root / "src" / "selfrepair"
+    bad = []
+    commands = [m.group(1) for m in _CODE_SPAN.finditer(text) if m.group(1).startswith("snakemake ")]
+    targets = {w for c in commands for w in c.split() if w.startswith("results/")}
+    for line in text.splitlines():
+        row = _PACKAGE_ROW.match(line)
+        for span in _CODE_SPAN.findall(line):
+            if " " in span or "<" in span or "{" in span or span.startswith("--"):
+                continue
+            if not ("/" in span or span.endswith(".py") or span == "Snakefile"):
+                continue
+            if row and span == f"src/selfrepair/{row.group(1)}/":
+                continue  # a package of the table: checked against src/selfrepair/ below
+            if span.startswith("results/") and not span.startswith("results/reference/"):
+                if span.rstrip("/") not in targets:
+                    bad.append(f"{span}: a workflow output that no snakemake command of the page names as a target")
+                continue
+            here = [root / span, src / span] + ([src / row.group(1) / span] if row and "/" not in span else [])
+            if "/" not in span and span.endswith(".py") and not row:
+                here += list(src.rglob(span))
+            if not any(p.exists() for p in here):
+                bad.append(f"{span}: no such path (from the repository root or src/selfrepair/)")
+    listed = {m.group(1) for line in text.splitlines() if (m := _PACKAGE_ROW.match(line))}
+    packages = {d.name for d in src.iterdir() if (d / "__init__.py").is_file()}
+    for name in sorted(packages - listed):
+        bad.append(
+            f"package src/selfrepair/{name}/ is missing from the packages table of docs/ARCHITECTURE.md: "
+            f"add a row | `src/selfrepair/{name}/` | <its floor> | <what it holds> | (and name it in the floors "
+            "diagram if it adds a floor)"
+        )
+    for name in sorted(listed - packages):
+        bad.append(f"docs/ARCHITECTURE.md lists src/selfrepair/{name}/, which is no package: remove its row")
+    return bad
+
+
+def test_the_architecture_page_names_only_what_exists():
+    bad = architecture_problems(ARCHITECTURE.read_text())
+    assert not bad, "docs/ARCHITECTURE.md:\n" + "\n".join(bad)
+
+
+def test_the_architecture_check_sees_a_missing_path_and_package(tmp_path):
+    """The check above on a made-up repository: a missing module, an output no command
+    plans, a package missing from the table and a row for a package that is not there."""
+    pkg = tmp_path / "src" / "selfrepair"
+    for name in ("core", "own"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text('"""x"""\n')
+    (pkg / "core" / "models.py").write_text("")
+    page = (
+        "| `src/selfrepair/core/` | bottom | `models.py`, `gone.py` |\n"
+        "| `src/selfrepair/old/` | papers | x |\n"
+        "See `core/models.py` and `core/none.py`, `results/reference/x.csv`, `results/a/b.csv` "
+        "and `results/c.csv`; `workflow/rules/<name>.smk` is a placeholder.\n"
+        "`snakemake --cores 1 results/a/b.csv`\n"
+    )
+    assert architecture_problems(page, tmp_path) == [
+        "gone.py: no such path (from the repository root or src/selfrepair/)",
+        "core/none.py: no such path (from the repository root or src/selfrepair/)",
+        "results/reference/x.csv: no such path (from the repository root or src/selfrepair/)",
+        "results/c.csv: a workflow output that no snakemake command of the page names as a target",
+        "package src/selfrepair/own/ is missing from the packages table of docs/ARCHITECTURE.md: add a row "
+        "| `src/selfrepair/own/` | <its floor> | <what it holds> | (and name it in the floors diagram if it "
+        "adds a floor)",
+        "docs/ARCHITECTURE.md lists src/selfrepair/old/, which is no package: remove its row",
+    ]
