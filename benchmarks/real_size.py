@@ -45,6 +45,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 OUT = ROOT / "results" / "reference" / "real_size.csv"
+STAND_INS = Path.home() / ".cache" / "selfrepair" / "real_size"  # --root's default
 
 # The published configurations (each model's config.json on the Hugging Face hub), as
 # (transformers config class, its arguments). Vocabulary sizes are the models' own; the
@@ -193,6 +194,16 @@ def build(name: str, root: Path, max_params: float, max_heads: int | None = None
         print(f"built {name}: {layers}/{real_layers} layers, {info['params_built'] / 1e6:.0f}M parameters "
               f"in {time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
     return info
+
+
+def stand_in(folder: Path, name: str = "gpt2") -> Path:
+    """``folder`` when it holds a model, else the stand-in of ``name`` at its real depth
+    under the default --root (built there once; the benchmarks of the real-size paths)."""
+    if (folder / "config.json").exists():
+        return folder
+    info = build(name, STAND_INS, float("inf"))
+    print(f"no model at {folder}: the random-weight stand-in of {name} ({info['models_root']})", flush=True)
+    return Path(info["models_root"]) / name
 
 
 def write_mib_datasets(root: Path, n: int = 64) -> None:
@@ -375,7 +386,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="*", help="default: every model coax.real and gim.mib name")
     ap.add_argument("--parts", nargs="*", help="ioi wakeup induction mib:<method> (default: all of each model's)")
-    ap.add_argument("--root", default=str(Path.home() / ".cache" / "selfrepair" / "real_size"))
+    ap.add_argument("--root", default=str(STAND_INS))
     ap.add_argument("--max-params", type=float, default=1.6e9, help="larger models get fewer layers")
     ap.add_argument("--max-heads", type=int, help="models with more heads get fewer layers (CPU time)")
     ap.add_argument("--n-prompts", type=int, default=8)
