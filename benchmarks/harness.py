@@ -38,12 +38,13 @@ def configure(argv: list[str] | None = None) -> str:
     return numerics.configure_from_argv(sys.argv if argv is None else argv)
 
 
-def arguments(doc: str | None, out: str, threads: int | None = 1) -> argparse.ArgumentParser:
+def arguments(doc: str | None, out: str, threads: int | None = 1, modes: bool = True) -> argparse.ArgumentParser:
     """A parser with the shared options: ``--out`` (default results/benchmarks/``out``),
-    ``--write``, and unless ``threads`` is None ``--threads`` and ``--numerics``."""
+    ``--write``, ``--threads`` unless ``threads`` is None, ``--numerics`` if ``modes``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if threads is not None:
-        ap.add_argument("--threads", type=int, default=threads, help=f"torch threads (default {threads})")
+        ap.add_argument("--threads", type=int, default=threads, help=f"threads (default {threads})")
+    if modes:
         ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
     ap.add_argument("--out", default=str(BENCHMARKS / out), help=f"the CSV (default results/benchmarks/{out})")
     ap.add_argument("--write", action="store_true", help="also copy --out into results/reference/, render the docs")
@@ -132,11 +133,11 @@ def floor_ratios(seconds: float, flops: float, executed: float, flops_per_s: flo
     }
 
 
-def write(table, args: argparse.Namespace, reference: str | None = None, root: Path = ROOT) -> Path:
-    """``table`` (a DataFrame) to ``args.out``; with ``args.write`` also to
-    results/reference/``reference``.csv (default benchmark_<out's stem>) and every doc
+def write(table, args: argparse.Namespace, out=None, reference: str | None = None, root: Path = ROOT) -> Path:
+    """``table`` (a DataFrame) to ``out`` (default ``args.out``); with ``args.write`` also
+    to results/reference/``reference``.csv (default benchmark_<out's stem>) and every doc
     block rendered from results/reference/. The CSV's path."""
-    out = Path(args.out)
+    out = Path(out or args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     print(f"wrote {out}")
