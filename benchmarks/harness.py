@@ -12,13 +12,13 @@
 - the compute floor: :func:`matmul_throughput` (FLOP/s measured here),
   :func:`forward_flops` (one GPT-2 forward), :func:`executed_flops` (what a call executes,
   counted by torch) and :func:`floor_ratios` (seconds against both floors);
-- :func:`write`: the CSV, and with ``--write`` its reference copy and the doc blocks.
+- :func:`write`: the CSV, and with ``--write`` its reference copy and the doc blocks
+  (:func:`merged`: a table measured a few rows at a time).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -133,20 +133,33 @@ def floor_ratios(seconds: float, flops: float, executed: float, flops_per_s: flo
     }
 
 
-def write(table, args: argparse.Namespace, out=None, reference: str | None = None, root: Path = ROOT) -> Path:
+def merged(path: Path, table, keys: list[str] | None):
+    """``table`` after the rows of the CSV at ``path`` (if any) whose ``keys`` it does not
+    have: measuring some rows again replaces those rows only."""
+    import pandas as pd
+
+    if not keys or not path.exists():
+        return table
+    old = pd.read_csv(path)
+    keep = ~old.set_index(keys).index.isin(table.set_index(keys).index)
+    return pd.concat([old[keep], table], ignore_index=True)
+
+
+def write(table, args: argparse.Namespace, out=None, reference: str | None = None, root: Path = ROOT, keys=None):
     """``table`` (a DataFrame) to ``out`` (default ``args.out``); with ``args.write`` also
     to results/reference/``reference``.csv (default benchmark_<out's stem>) and every doc
-    block rendered from results/reference/. The CSV's path."""
+    block rendered from results/reference/. With ``keys`` (columns), each file keeps its
+    rows of other keys (:func:`merged`). The CSV's path."""
     out = Path(out or args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False)
+    merged(out, table, keys).to_csv(out, index=False)
     print(f"wrote {out}")
     if getattr(args, "write", False):
         from selfrepair.tooling import readme_table
 
         ref = root / "results" / "reference" / f"{reference or 'benchmark_' + out.stem}.csv"
         ref.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out, ref)
+        merged(ref, table, keys).to_csv(ref, index=False)
         print(f"wrote {ref}")
         if readme_table.main([], root):
             raise SystemExit("the documents' blocks have problems (printed above)")

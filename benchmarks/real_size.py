@@ -413,7 +413,6 @@ def main(argv=None):
         return
     root = Path(args.root).expanduser()
     write_mib_datasets(root / "mib")
-    tables = [Path(args.out)] + ([harness.REFERENCE / "real_size.csv"] if args.write else [])
     for name in args.models or names:
         info = build(name, root, args.max_params, args.max_heads)
         for part in parts_of(name, real, mib, gim_cfg["methods"]):
@@ -421,17 +420,7 @@ def main(argv=None):
                 continue
             row = run_part(name, part, root, info, args)
             print(json.dumps(row), flush=True)
-            for out in tables:
-                merge_row(out, row)
-
-
-def merge_row(out: Path, row: dict) -> None:
-    """``row`` into the table ``out`` in place of the row of the same (model, part)."""
-    old = pd.read_csv(out) if out.exists() else pd.DataFrame()
-    if len(old):
-        old = old[~((old.model == row["model"]) & (old.part == row["part"]))]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(out, index=False)
+            harness.write(pd.DataFrame([row]), args, reference="real_size", keys=["model", "part"])
 
 
 if __name__ == "__main__":
