@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT / "src"))  # a checkout without the package installe
 from selfrepair.core import numerics  # noqa: E402  imports no torch
 
 BENCHMARKS = ROOT / "results" / "benchmarks"
-REFERENCE = ROOT / "results" / "reference"
 
 
 def configure(argv: list[str] | None = None) -> str:
