@@ -1,9 +1,11 @@
 """benchmarks/harness.py, the shape every benchmark shares: its options, the order of
 interleaved repeats, the compute-floor arithmetic against values worked out by hand, and
-the CSV with its reference copy rendered into a doc block; and that the documented
-benchmarks go through it."""
+the CSV with its reference copy rendered into a doc block; that the benchmarks go
+through it, and that every benchmark command the documents and the Makefile give names a
+script that exists and options it declares."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -121,3 +123,50 @@ def test_every_benchmark_takes_the_harness_options_and_writes_through_it():
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
         }
         assert {"harness.arguments", "harness.write"} <= calls, f"{f.name} does not go through benchmarks/harness.py"
+
+
+def declared_options(script: Path) -> set[str]:
+    """The --options a benchmark script's parser declares: its own add_argument calls and
+    the shared ones its harness.arguments call asks for."""
+    opts = set()
+    for n in ast.walk(ast.parse(script.read_text())):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+            continue
+        if n.func.attr == "add_argument":
+            opts |= {a.value for a in n.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+        elif n.func.attr == "arguments" and getattr(n.func.value, "id", "") == "harness":
+            kw = {k.arg: k.value for k in n.keywords}
+            opts |= {"--out", "--write"}
+            if not (isinstance(kw.get("threads"), ast.Constant) and kw["threads"].value is None):
+                opts.add("--threads")
+            if not (isinstance(kw.get("modes"), ast.Constant) and kw["modes"].value is False):
+                opts.add("--numerics")
+    return opts
+
+
+def documented_benchmark_commands() -> list[tuple[str, str, list[str]]]:
+    """(where, script, words after it) of every benchmark command in a code span of
+    README.md or docs/*.md (over line breaks) and in the Makefile's recipes."""
+    found = []
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "Makefile"]
+    for doc in sources:
+        text = doc.read_text()
+        fenced = re.findall(r"^\s*```[^\n]*\n(.*?)^\s*```", text, re.M | re.S)
+        prose = re.sub(r"^\s*```[^\n]*\n.*?^\s*```", "", text, flags=re.M | re.S)
+        pieces = [line for block in fenced for line in block.splitlines()] + re.findall(r"`([^`]+)`", prose)
+        pieces = text.splitlines() if doc.name == "Makefile" else pieces
+        for piece in pieces:
+            for m in re.finditer(r"benchmarks/([\w/]+\.py)((?:[ \t\n]+[^\s`;|]+)*)", piece):
+                found.append((doc.name, m.group(1), m.group(2).split()))
+    return found
+
+
+def test_every_documented_benchmark_command_names_a_script_and_options_it_takes():
+    commands = documented_benchmark_commands()
+    assert any(script == "bench_heroes.py" and "--n" in words for _, script, words in commands)
+    for where, script, words in commands:
+        path = ROOT / "benchmarks" / script
+        assert path.exists(), f"{where} names benchmarks/{script}, which does not exist"
+        opts = {w.lstrip("[").split("=")[0].rstrip("]") for w in words if w.lstrip("[").startswith("--")}
+        unknown = opts - declared_options(path)
+        assert not unknown, f"{where}: benchmarks/{script} takes no {sorted(unknown)}"
