@@ -1,43 +1,39 @@
 """Forward passes and seconds per COAX scan and per baseline on a toy IOI model.
 
-    python benchmarks/bench_coax.py [MODEL_FOLDER] [--prompts 96] [--threads 1]
+    python benchmarks/bench_coax.py [MODEL_FOLDER] [--prompts 96] [--threads 1] [--write]
 
 MODEL_FOLDER defaults to results/coax/ioi/seed1/model (written by the workflow); when
 it is absent a toy IOI model is trained here first (about a minute). Forward and
 backward passes are counted by a hook on the bridge's embedding, in prompt-set units
-(one pass = every prompt once), so batched ablations count by the rows they run.
+(one pass = every prompt once), so batched ablations count by the rows they run. The
+table goes to results/benchmarks/coax.csv (--out; --write: also results/reference/).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from selfrepair.core import numerics
+import harness
 
-# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
-NUMERICS = numerics.configure_from_argv(sys.argv)
+NUMERICS = harness.configure()  # before torch is imported
+
+import pandas as pd  # noqa: E402
+
+from selfrepair.coax import baselines, ioi_experiment  # noqa: E402
+from selfrepair.coax import score as coax  # noqa: E402
+from selfrepair.core.components import head_components  # noqa: E402
+from selfrepair.core.models import load_bridge, save_model  # noqa: E402
+from selfrepair.tasks import ioi  # noqa: E402
 
 
-from selfrepair.coax import baselines, ioi_experiment
-from selfrepair.coax import score as coax
-from selfrepair.core.components import head_components
-from selfrepair.core.models import load_bridge, save_model
-from selfrepair.tasks import ioi
-
-
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None):
+    ap = harness.arguments(__doc__, "coax.csv")
     ap.add_argument("model", nargs="?", default="results/coax/ioi/seed1/model")
     ap.add_argument("--prompts", type=int, default=96)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
     ap.add_argument("--protocol", default="v2")
-    a = ap.parse_args()
-    numerics.apply(a.numerics, a.threads)
+    a = ap.parse_args(argv)
+    harness.start(a)
     folder = Path(a.model)
     if not (folder / "config.json").exists():
         folder = Path(tempfile.mkdtemp()) / "ioi"
@@ -75,14 +71,16 @@ def main():
         f"model {folder}: {b.cfg.n_layers} layers x {b.cfg.n_heads} heads, {a.prompts} prompts, {a.threads} thread(s)"
     )
     print(f"{'method':45s} {'forward passes':>15s} {'forward calls':>14s} {'seconds':>9s}")
+    table = []
     for name, fn in jobs.items():
         fn()  # warm-up
         rows.clear()
-        t = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t
+        _, dt = harness.timed(fn)
+        table.append({"method": name, "forward_passes": sum(rows) / a.prompts, "forward_calls": len(rows),
+                      "seconds": dt, "prompts": a.prompts, "threads": a.threads, "model": str(folder)})  # fmt: skip
         print(f"{name:45s} {sum(rows) / a.prompts:15.1f} {len(rows):14d} {dt:9.3f}")
     print(f"expected COAX passes: 2 + 2|U| = {2 + 2 * len(cands)} (1 clean, |U| single, 1 with S, |U| with S+u)")
+    harness.write(pd.DataFrame(table), a)
 
 
 if __name__ == "__main__":

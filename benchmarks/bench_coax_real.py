@@ -4,11 +4,11 @@ GPT-2-small-size model, against each phase's executed-work floor: the IOI experi
 the induction experiment (``real_models._run_induction``), one ``part`` each.
 
     python benchmarks/bench_coax_real.py [--model FOLDER] [--prompts 8] [--threads 1]
-        [--parts ioi wakeup induction] [--induction-prompts 4] [--induction-T 16]
+        [--parts ioi wakeup induction] [--induction-prompts 4] [--induction-T 16] [--write]
 
 ``--model``: a GPT2LMHeadModel folder (default: a random-weight GPT-2 small, 12 x 12
-heads, 50,257-token vocabulary, built here with a word-level stand-in tokenizer when
-absent; results do not depend on the weights, the timings do not either). The
+heads, 50,257-token vocabulary: benchmarks/real_size.py's stand-in, built there with a
+word-level stand-in tokenizer when absent; results do not depend on the weights, the timings do not either). The
 primaries and backups are GPT-2 small's documented heads; the other arguments are
 config/config.yaml's ``coax`` section (protocol v2, top_r 192, top_k 20, wake_min 1.05,
 ig_steps 5).
@@ -30,45 +30,31 @@ fastest per row over chunks of 1, 4 and 16 copies of the prompts (full-vocabular
 at every position, as a plain forward gives them); a backward's is that of the metric
 through a plain forward of the prompts to every layer's z. ``block rows`` counts the
 rows each phase runs through the blocks, in prompt-set forward equivalents.
-Writes results/reference/benchmark_coax_real.csv (--out), each row with the CPU (model
-name, vendor, family) and the numerics mode it ran under.
+Writes results/benchmarks/coax_real.csv (--out; --write: also
+results/reference/benchmark_coax_real.csv), each row with the CPU (model name, vendor,
+family) and the numerics mode it ran under.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import sys
 import time
 from pathlib import Path
 
-from selfrepair.core import numerics
+import harness
 
-# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
-NUMERICS = numerics.configure_from_argv(sys.argv)
+NUMERICS = harness.configure()  # before torch is imported
 
 import pandas as pd  # noqa: E402
+import real_size  # noqa: E402
 import torch  # noqa: E402
 
 from selfrepair.coax import baselines, induction_experiment, ioi_experiment, real_models  # noqa: E402
 from selfrepair.coax import score as coax  # noqa: E402
+from selfrepair.core import numerics  # noqa: E402
 from selfrepair.core.components import head_components, parse  # noqa: E402
 from selfrepair.core.models import load_bridge  # noqa: E402
 from selfrepair.tasks import ioi  # noqa: E402
-
-DEFAULT_MODEL = Path.home() / ".cache/selfrepair/real_size/models/gpt2"
-
-
-def build_model(folder: Path) -> Path:
-    """``folder``, or when it holds no model a random-weight GPT-2 small built by
-    benchmarks/real_size.py (all 12 layers) into ``folder``'s parent / gpt2."""
-    if (folder / "config.json").exists():
-        return folder
-    sys.path.insert(0, str(Path(__file__).parent))
-    import real_size  # noqa: PLC0415
-
-    real_size.build("gpt2", folder.parent, float("inf"))
-    return folder.parent / "gpt2"
 
 
 class Phases:
@@ -264,20 +250,17 @@ def induction_part(bridge, a, heads) -> list[dict]:
 PARTS = {"ioi": ioi_part, "wakeup": wakeup_part, "induction": induction_part}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=str(DEFAULT_MODEL))
+def main(argv=None):
+    ap = harness.arguments(__doc__, "coax_real.csv")
+    ap.add_argument("--model", default=str(real_size.STAND_INS / "models" / "gpt2"))
     ap.add_argument("--prompts", type=int, default=8, help="IOI and wake-up prompts")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     ap.add_argument("--induction-prompts", type=int, default=4)
     ap.add_argument("--induction-T", type=int, default=16, help="repeated half length (real_size.py's 16)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
-    ap.add_argument("--out", default="results/reference/benchmark_coax_real.csv")
-    a = ap.parse_args()
-    numerics.apply(a.numerics, a.threads)
-    folder = build_model(Path(a.model))
+    a = ap.parse_args(argv)
+    harness.start(a)
+    folder = real_size.stand_in(Path(a.model))
     bridge = load_bridge(folder)
     nl, nh = bridge.cfg.n_layers, bridge.cfg.n_heads
     heads = head_components(nl, nh)
@@ -289,10 +272,7 @@ def main():
     df["machine"] = f"{numerics.cpu_model()} ({numerics.cpu_vendor()}, family {numerics.cpu_family()})"
     df["numerics"] = a.numerics
     print(df.to_string(index=False))
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    print(f"wrote {out}")
+    harness.write(df, a)
 
 
 if __name__ == "__main__":

@@ -5,24 +5,23 @@ side by side with TransformerLens 4.3's edge-level attribution patching on all e
 point (``gradient_at="corrupted"``): the seconds of each, their ratio measured in this
 run, and the largest difference of the scores.
 
-    python benchmarks/bench_gim.py [--model results/gim/ioi/l2h4/seed0/model] [--n 50]
+    python benchmarks/bench_gim.py [--model results/gim/ioi/l2h4/seed0/model] [--n 50] [--write]
 
 Without a trained model at --model, a toy IOI model is trained first (paper B's recipe,
-a few hundred steps) in a temporary folder.
+a few hundred steps) in a temporary folder. The figures go to results/benchmarks/gim.csv
+(--out; --write: also results/reference/).
 """
 
-import argparse
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-from selfrepair.core import numerics
+import harness
 
-# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
-NUMERICS = numerics.configure_from_argv(sys.argv)
+NUMERICS = harness.configure()  # before torch is imported
 
+import pandas as pd  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -36,25 +35,18 @@ def transformer_lens_side_by_side(bridge, data, batch_size: int) -> dict:
     from selfrepair.gim.tl_reference import tl_edge_scores
 
     graph = Graph.from_bridge(bridge)
-    t = time.perf_counter()
-    ours = edge_scores(bridge, graph, data, "eap", batch_size, gradient_at="corrupted")
-    ours_s = time.perf_counter() - t
-
-    t = time.perf_counter()
-    theirs = tl_edge_scores(bridge, graph, data)
-    tl_s = time.perf_counter() - t
+    ours, ours_s = harness.timed(lambda: edge_scores(bridge, graph, data, "eap", batch_size, gradient_at="corrupted"))
+    theirs, tl_s = harness.timed(lambda: tl_edge_scores(bridge, graph, data))
     diff = float((ours - theirs).abs().max())
     return {"ours_s": ours_s, "tl_s": tl_s, "max_abs_diff": diff, "max_abs_score": float(ours.abs().max())}
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None):
+    ap = harness.arguments(__doc__, "gim.csv")
     ap.add_argument("--model", default="results/gim/ioi/l2h4/seed0/model")
     ap.add_argument("--n", type=int, default=50, help="counterfactual pairs")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
-    args = ap.parse_args()
-    numerics.apply(args.numerics, args.threads)
+    args = ap.parse_args(argv)
+    harness.start(args)
     from selfrepair.core.models import load_bridge
     from selfrepair.gim.attribute import speed
     from selfrepair.gim.training import train_any
@@ -94,6 +86,13 @@ def main():
     print(f"  ours                     {tl['ours_s']:8.2f} s")
     print(f"  TransformerLens          {tl['tl_s']:8.2f} s  ({tl['tl_s'] / tl['ours_s']:.1f}x ours)")
     print(f"  max |ours - TL|          {tl['max_abs_diff']:8.1e}  (scores up to {tl['max_abs_score']:.2f})")
+    figures = {"eap_s": res["eap_s"], "gim_s": res["gim_s"], "patching_s": res["patching_s"],
+               "eap_corr_with_patching": res["eap_corr_with_patching"],
+               "gim_corr_with_patching": res["gim_corr_with_patching"], "ours_s": tl["ours_s"], "tl_s": tl["tl_s"],
+               "tl_over_ours": tl["tl_s"] / tl["ours_s"], "max_abs_diff": tl["max_abs_diff"],
+               "max_abs_score": tl["max_abs_score"]}  # fmt: skip
+    table = pd.DataFrame({"what": list(figures), "value": list(figures.values())})
+    harness.write(table.assign(n_edges=res["n_edges"], n_pairs=res["n_examples"], threads=args.threads), args)
 
 
 if __name__ == "__main__":

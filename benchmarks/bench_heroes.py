@@ -17,69 +17,32 @@ how close a part runs to the cost of the work it does, and ``executed_fraction``
 much of the full forwards' work it does. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.
 
     .venv/bin/python benchmarks/bench_heroes.py [--model results/heroes/sort/seed42/model]
-        [--task sort] [--n 200] [--reference all|ood|none] [--threads 2] [--out results/benchmarks/heroes.csv]
+        [--task sort] [--n 200] [--reference all|ood|none] [--threads 2] [--out results/benchmarks/heroes.csv] [--write]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import harness
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+NUMERICS = harness.configure()  # before torch is imported
 
-import sys
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from harness import executed_flops, forward_flops, timed  # noqa: E402
+from torch import nn  # noqa: E402
 
-from selfrepair.core import numerics
+from selfrepair.core import attribution, engine, interventions, models, train  # noqa: E402
+from selfrepair.core import components as C  # noqa: E402
+from selfrepair.heroes import scores as heroes  # noqa: E402
+from selfrepair.tasks import sequences as S  # noqa: E402
 
-# The numerics mode is put in force before torch is imported (src/selfrepair/core/numerics.py).
-NUMERICS = numerics.configure_from_argv(sys.argv)
-
-import pandas as pd
-import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
-
-from selfrepair.core import attribution, engine, interventions, models, train
-from selfrepair.core import components as C
-from selfrepair.heroes import scores as heroes
-from selfrepair.tasks import sequences as S
-
-
-def forward_flops(cfg, n_seq: int, t: int) -> float:
-    """Matmul FLOPs of one forward pass of a GPT-2 config over n_seq sequences of t tokens."""
-    d, L, dm, v = cfg.n_embd, cfg.n_layer, cfg.n_inner, cfg.vocab_size
-    per_token = L * (2 * 3 * d * d + 2 * d * d + 2 * 2 * d * dm) + 2 * d * v
-    attn = L * 2 * 2 * t * t * d / 2  # QK^T and AV over the causal half, per sequence
-    return n_seq * (t * per_token + attn)
-
-
-def matmul_throughput(seconds: float = 1.0) -> float:
-    """FLOP/s of float32 matmuls of this workload's shape ([rows, 128] x [128, 512])."""
-    a, b = torch.randn(8192, 128), torch.randn(128, 512)
-    for _ in range(3):
-        a @ b
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        n += 1
-    return n * 2 * 8192 * 128 * 512 / (time.perf_counter() - t0)
-
-
-def executed_flops(fn) -> float:
-    """Matmul FLOPs that ``fn()`` executes, counted by torch's FlopCounterMode (one untimed call)."""
-    counter = FlopCounterMode(display=False)
-    with counter:
-        fn()
-    return float(counter.get_total_flops())
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+N_LEN = 9  # the sequence length of G, C and the probe
 
 
 class PlainBlock(nn.Module):
@@ -129,10 +92,31 @@ def train_steps_per_second(model, logits_fn, steps: int, seed: int = 0) -> float
 
     for b in batches[:5]:
         step(b)
-    t0 = time.perf_counter()
-    for b in batches[5:]:
-        step(b)
-    return steps / (time.perf_counter() - t0)
+    _, seconds = timed(lambda: [step(b) for b in batches[5:]])
+    return steps / seconds
+
+
+@dataclass
+class Bench:
+    """One trained seed's models and what the parts share; ``row`` adds a part's row."""
+
+    a: object
+    hf: object
+    br: object
+    flops_per_s: float
+    rows: list = field(default_factory=list)
+
+    @property
+    def comps(self):
+        return C.all_components(self.hf.config.n_layer, self.hf.config.n_head)
+
+    def row(self, part, lib_s, ref_s, flops, note="", executed=float("nan")):
+        r = harness.floor_ratios(lib_s, flops, executed, self.flops_per_s)
+        self.rows.append({"part": part, "library_s": lib_s, "reference_s": ref_s, "speedup_vs_reference": ref_s / lib_s,
+                          "compute_floor_s": r["floor_s"], "library_over_floor": r["over_floor"],
+                          "executed_fraction": r["executed_fraction"], "library_over_executed": r["over_executed"],
+                          "note": note})  # fmt: skip
+        print(self.rows[-1], flush=True)
 
 
 def bridge_correct(br, batch, sets, mode, means):
@@ -150,239 +134,208 @@ def bridge_correct(br, batch, sets, mode, means):
     return torch.stack(rows)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="results/heroes/sort/seed42/model")
-    ap.add_argument("--task", default="sort")
-    ap.add_argument("--n", type=int, default=200, help="sequences per length / for C (both sides)")
-    ap.add_argument("--n-batches", type=int, default=50)
-    ap.add_argument("--train-steps", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--numerics", choices=numerics.MODES, default=numerics.DEFAULT_MODE)
-    ap.add_argument("--out", default="results/benchmarks/heroes.csv")
-    ap.add_argument(
-        "--reference",
-        choices=["all", "ood", "none"],
-        default="all",
-        help="which parts also run the naive one-at-a-time reference (C's takes ~20 s per sequence x component at n = 1000); the others report library time and compute floor only",
-    )
-    a = ap.parse_args()
-    numerics.apply(a.numerics, a.threads)
-    if not Path(a.model).is_dir():
-        raise SystemExit(f"no trained model at {a.model}: run `snakemake {a.model}` first")
-    hf = models.load_hf(a.model)
-    br = models.load_bridge(a.model)
-    cfg = hf.config
-    comps = C.all_components(cfg.n_layer, cfg.n_head)
-    flops_per_s = matmul_throughput()
-    rows = []
-
-    def row(part, lib_s, ref_s, flops, note="", executed=float("nan")):
-        floor = flops / flops_per_s
-        rows.append(
-            {
-                "part": part,
-                "library_s": lib_s,
-                "reference_s": ref_s,
-                "speedup_vs_reference": ref_s / lib_s,
-                "compute_floor_s": floor,
-                "library_over_floor": lib_s / floor,
-                "executed_fraction": executed / flops,
-                "library_over_executed": lib_s / (executed / flops_per_s),
-                "note": note,
-            }
-        )
-        print(rows[-1], flush=True)
-
-    # 1. OOD selection: accuracy at each candidate length.
+def ood_part(b: Bench) -> None:
+    """1. OOD selection: accuracy at each candidate length, against one-at-a-time decoding."""
+    a, hf = b.a, b.hf
     lengths = [8, 9, 10, 11]
     sets = {L: S.eval_set(a.task, L, a.n, seed=L) for L in lengths}
 
     def ood():
-        return {L: heroes.correct(hf, b) for L, b in sets.items()}
+        return {L: heroes.correct(hf, s) for L, s in sets.items()}
 
     lib, lib_s = timed(ood)
     ref_s = float("nan")
     if a.reference in ("all", "ood"):
         ref, ref_s = timed(
             lambda: {
-                L: torch.tensor([heroes.greedy_decode_correct(hf, a.task, b.tokens[i, 1 : L + 1]) for i in range(a.n)])
-                for L, b in sets.items()
+                L: torch.tensor([heroes.greedy_decode_correct(hf, a.task, s.tokens[i, 1 : L + 1]) for i in range(a.n)])
+                for L, s in sets.items()
             }
         )
         assert all(torch.equal(lib[L], ref[L]) for L in lengths), "library and reference disagree"
-    flops = sum(forward_flops(cfg, a.n, 2 * L + 2) for L in lengths)
-    row("OOD selection", lib_s, ref_s, flops, f"{a.n} sequences x {len(lengths)} lengths", executed_flops(ood))
+    flops = sum(forward_flops(hf.config, a.n, 2 * L + 2) for L in lengths)
+    b.row("OOD selection", lib_s, ref_s, flops, f"{a.n} sequences x {len(lengths)} lengths", executed_flops(ood))
 
-    # 2. G: forward + backward over the OOD batches (no naive counterpart).
-    n_len = 9
-    batches = S.fixed_length_batches(a.task, n_len, a.n_batches, 64, seed=1)
-    g_flops = 3 * forward_flops(cfg, 64 * a.n_batches, 2 * n_len + 2)
+
+def g_part(b: Bench) -> list:
+    """2. G: forward + backward over the OOD batches (no naive counterpart), on the Hugging
+    Face modules and on the bridge's hooks; the batches."""
+    a, comps = b.a, b.comps
+    batches = S.fixed_length_batches(a.task, N_LEN, a.n_batches, 64, seed=1)
+    g_flops = 3 * forward_flops(b.hf.config, 64 * a.n_batches, 2 * N_LEN + 2)
 
     def g_hf():
-        return attribution.gradient_norms_gpt2(hf, batches, comps, heroes.lm_loss, "sqrt")
+        return attribution.gradient_norms_gpt2(b.hf, batches, comps, heroes.lm_loss, "sqrt")
 
     def g_bridge():
-        return attribution.gradient_norms(br, batches, comps, heroes.lm_loss, "sqrt")
+        return attribution.gradient_norms(b.br, batches, comps, heroes.lm_loss, "sqrt")
 
     g_lib, lib_s = timed(g_hf)
     g_br, br_s = timed(g_bridge)
     g_rel = max(abs(sum(g_lib[k]) - sum(g_br[k])) / sum(g_br[k]) for k in g_br)
     assert g_rel < 1e-5, f"G: the two paths differ by {g_rel:.2g} (relative)"
     note = f"{a.n_batches} batches of 64; backward = 2x forward; Hugging Face modules"
-    row("G", lib_s, float("nan"), g_flops, note, executed_flops(g_hf))
-    row(
-        "G bridge path",
-        br_s,
-        float("nan"),
-        g_flops,
-        f"the bridge's hooks; G within {g_rel:.1g} relative of the library's",
-        executed_flops(g_bridge),
-    )
+    b.row("G", lib_s, float("nan"), g_flops, note, executed_flops(g_hf))
+    note = f"the bridge's hooks; G within {g_rel:.1g} relative of the library's"
+    b.row("G bridge path", br_s, float("nan"), g_flops, note, executed_flops(g_bridge))
+    return batches
 
-    # 3. C, mean and zero ablation of each component (+ the intact baseline): the engine
-    # with and without prefix reuse, and the bridge's hooks (one full forward per set).
-    fresh = S.eval_set(a.task, n_len, a.n, seed=2)
-    means = engine.means(hf, [b.tokens for b in batches])
-    bmeans = interventions.component_means(br, [b.tokens for b in batches], comps)
+
+def naive_c(b: Bench, fresh, singles, mode, bmeans):
+    """C by one-at-a-time greedy decoding on the bridge's hooks (the original protocol)."""
+    out = []
+    for s in singles:
+        hooks = interventions.make_hooks([s], 1, mode, bmeans) if s else []
+
+        class Hooked:
+            def run_with_hooks(self):
+                pass
+
+            def __call__(self, tokens):
+                with b.br.hooks(fwd_hooks=hooks):
+                    return b.br(tokens)
+
+        tokens = fresh.tokens
+        out.append(torch.tensor([heroes.greedy_decode_correct(Hooked(), b.a.task, tokens[i, 1 : N_LEN + 1])
+                                 for i in range(b.a.n)]))  # fmt: skip
+    return torch.stack(out)
+
+
+def c_part(b: Bench, fresh, means, bmeans) -> None:
+    """3. C, mean and zero ablation of each component (+ the intact baseline): the engine
+    with and without prefix reuse, and the bridge's hooks (one full forward per set)."""
+    a, comps = b.a, b.comps
     singles = [[]] + [[c] for c in comps]
-    flops_set = forward_flops(cfg, a.n, 2 * n_len + 2)
+    c_flops = len(singles) * forward_flops(b.hf.config, a.n, 2 * N_LEN + 2)
+    what = f"{len(comps)} components x {a.n} sequences"
     for mode in ("mean", "zero"):
 
         def c_engine(reuse=True, mode=mode):
-            return heroes.ablation_correct(hf, fresh, singles, mode, means, reuse=reuse)
+            return heroes.ablation_correct(b.hf, fresh, singles, mode, means, reuse=reuse)
+
+        def c_flat(mode=mode):
+            return c_engine(reuse=False, mode=mode)
 
         def c_bridge(mode=mode):
-            return bridge_correct(br, fresh, singles, mode, bmeans)
+            return bridge_correct(b.br, fresh, singles, mode, bmeans)
 
         lib, lib_s = timed(c_engine)
-        flat, flat_s = timed(lambda: c_engine(reuse=False))
+        flat, flat_s = timed(c_flat)
         old, old_s = timed(c_bridge)
         assert torch.equal(lib, flat) and torch.equal(lib, old), f"C ({mode}): engine and bridge path disagree"
-
-        def naive():
-            out = []
-            for s in singles:
-                hooks = interventions.make_hooks([s], 1, mode, bmeans) if s else []
-
-                class Hooked:
-                    def run_with_hooks(self):
-                        pass
-
-                    def __call__(self, tokens):
-                        with br.hooks(fwd_hooks=hooks):
-                            return br(tokens)
-
-                out.append(
-                    torch.tensor(
-                        [
-                            heroes.greedy_decode_correct(Hooked(), a.task, fresh.tokens[i, 1 : n_len + 1])
-                            for i in range(a.n)
-                        ]
-                    )
-                )
-            return torch.stack(out)
-
         ref_s = float("nan")
         if a.reference == "all":
-            ref, ref_s = timed(naive)
+            ref, ref_s = timed(lambda mode=mode: naive_c(b, fresh, singles, mode, bmeans))
             assert torch.equal(lib, ref), f"C ({mode}): library and reference disagree"
-        what = f"{len(comps)} components x {a.n} sequences"
-        c_flops = len(singles) * flops_set
-        row(f"C {mode}", lib_s, ref_s, c_flops, f"{what}; engine, prefix reuse", executed_flops(c_engine))
-        row(
-            f"C {mode} no prefix reuse",
-            flat_s,
-            ref_s,
-            c_flops,
-            f"{what}; engine, full forwards",
-            executed_flops(lambda: c_engine(reuse=False)),
-        )
-        row(
-            f"C {mode} bridge path",
-            old_s,
-            ref_s,
-            c_flops,
-            f"{what}; bridge hooks, one set per forward",
-            executed_flops(c_bridge),
-        )
+        for part, s, how, fn in (
+            (f"C {mode}", lib_s, "engine, prefix reuse", c_engine),
+            (f"C {mode} no prefix reuse", flat_s, "engine, full forwards", c_flat),
+            (f"C {mode} bridge path", old_s, "bridge hooks, one set per forward", c_bridge),
+        ):
+            b.row(part, s, ref_s, c_flops, f"{what}; {how}", executed_flops(fn))
 
-    # 4. heroes_probe's ablations on the seed's own roles (mean ablation, as the main
-    # run): the library's one engine call (heroes.probe_ablations, the intact model and
-    # single ablations taken from C's outcomes, as heroes_probe takes them from
-    # outcomes.pt) against the bridge path of before (joint vs individual per group with
-    # its own singles, then each pruning curve, one full forward per set).
-    roles_csv = Path(a.model).parent / "roles.csv"
-    if roles_csv.exists():
-        roles = pd.read_csv(roles_csv)
-        by = {n: C.parse(n) for n in roles["component"]}
-        groups = {g: [by[n] for n in roles.loc[roles["role"] == g, "component"]] for g in ("bloat", "hero")}
-        orders = {
-            name: [by[n] for n in roles.sort_values(cols, ascending=asc)["component"]]
-            for name, cols, asc in (
-                ("G ascending", ["G", "component"], [True, True]),
-                ("G descending", ["G", "component"], [False, True]),
-                ("C ascending", ["C", "component"], [True, True]),
-            )
-        }
-        c_mean = heroes.ablation_correct(hf, fresh, singles, "mean", means)
-        known = dict(zip(["baseline"] + [c.name for c in comps], c_mean))
 
-        def probe():
-            return heroes.probe_ablations(hf, fresh, groups, orders, "mean", means, known)
-
-        (joint, curves), lib_s = timed(probe)
-        sets = [s for g in groups.values() if g for s in [[]] + [[c] for c in g] + [g]]
-        sets += [order[:k] for order in orders.values() for k in range(len(order) + 1)]
-        old, old_s = timed(lambda: bridge_correct(br, fresh, sets, "mean", bmeans).float().mean(1).tolist())
-        i = 0
-        for name, g in groups.items():
-            if g:
-                ref = heroes.joint_drops(old[i], old[i + 1 : i + 1 + len(g)], old[i + 1 + len(g)])
-                same = all(
-                    ref[k] == joint[name][k] or (ref[k] != ref[k] and joint[name][k] != joint[name][k]) for k in ref
-                )
-                assert same and ref.keys() == joint[name].keys(), f"probe: the {name}s' joint ablation disagrees"
-                i += len(g) + 2
-        for name, order in orders.items():
-            assert curves[name] == old[i : i + len(order) + 1], f"probe: pruning curve {name} disagrees"
-            i += len(order) + 1
-        what = f"{len(sets)} ablation sets x {a.n} sequences (joint ablations and 3 pruning curves)"
-        row(
-            "probe ablations",
-            lib_s,
-            old_s,
-            len(sets) * flops_set,
-            f"{what}; reference = the bridge path",
-            executed_flops(probe),
+def probe_sets(roles: pd.DataFrame) -> tuple[dict, dict]:
+    """(bloat and hero groups, the three pruning orders) of a seed's roles.csv."""
+    by = {n: C.parse(n) for n in roles["component"]}
+    groups = {g: [by[n] for n in roles.loc[roles["role"] == g, "component"]] for g in ("bloat", "hero")}
+    orders = {
+        name: [by[n] for n in roles.sort_values(cols, ascending=asc)["component"]]
+        for name, cols, asc in (
+            ("G ascending", ["G", "component"], [True, True]),
+            ("G descending", ["G", "component"], [False, True]),
+            ("C ascending", ["C", "component"], [True, True]),
         )
-    else:
+    }
+    return groups, orders
+
+
+def probe_part(b: Bench, fresh, means, bmeans) -> None:
+    """4. heroes_probe's ablations on the seed's own roles (mean ablation, as the main run):
+    the library's one engine call (heroes.probe_ablations, the intact model and single
+    ablations taken from C's outcomes, as heroes_probe takes them from outcomes.pt) against
+    the bridge path of before (joint vs individual per group with its own singles, then each
+    pruning curve, one full forward per set)."""
+    roles_csv = Path(b.a.model).parent / "roles.csv"
+    if not roles_csv.exists():
         print(f"no {roles_csv}: the probe's part is skipped", flush=True)
+        return
+    groups, orders = probe_sets(pd.read_csv(roles_csv))
+    comps = b.comps
+    c_mean = heroes.ablation_correct(b.hf, fresh, [[]] + [[c] for c in comps], "mean", means)
+    known = dict(zip(["baseline"] + [c.name for c in comps], c_mean))
 
-    # 5. Training throughput: the Hugging Face module vs plain PyTorch, same batches.
+    def probe():
+        return heroes.probe_ablations(b.hf, fresh, groups, orders, "mean", means, known)
+
+    (joint, curves), lib_s = timed(probe)
+    sets = [s for g in groups.values() if g for s in [[]] + [[c] for c in g] + [g]]
+    sets += [order[:k] for order in orders.values() for k in range(len(order) + 1)]
+    old, old_s = timed(lambda: bridge_correct(b.br, fresh, sets, "mean", bmeans).float().mean(1).tolist())
+    i = 0
+    for name, g in groups.items():
+        if g:
+            ref = heroes.joint_drops(old[i], old[i + 1 : i + 1 + len(g)], old[i + 1 + len(g)])
+            same = all(ref[k] == joint[name][k] or (ref[k] != ref[k] and joint[name][k] != joint[name][k]) for k in ref)
+            assert same and ref.keys() == joint[name].keys(), f"probe: the {name}s' joint ablation disagrees"
+            i += len(g) + 2
+    for name, order in orders.items():
+        assert curves[name] == old[i : i + len(order) + 1], f"probe: pruning curve {name} disagrees"
+        i += len(order) + 1
+    what = f"{len(sets)} ablation sets x {b.a.n} sequences (joint ablations and 3 pruning curves)"
+    flops = len(sets) * forward_flops(b.hf.config, b.a.n, 2 * N_LEN + 2)
+    b.row("probe ablations", lib_s, old_s, flops, f"{what}; reference = the bridge path", executed_flops(probe))
+
+
+def training_part(b: Bench) -> None:
+    """5. Training throughput: the Hugging Face module vs plain PyTorch, same batches."""
+    cfg = b.hf.config
     plain = PlainTransformer(cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.n_layer, cfg.n_inner)
     fresh_hf = models.build_gpt2_toy(cfg, seed=0)
-    hf_sps = train_steps_per_second(fresh_hf, lambda m, t: m(input_ids=t).logits, a.train_steps)
-    plain_sps = train_steps_per_second(plain, lambda m, t: m(t), a.train_steps)
-    rows.append(
-        {
-            "part": "training steps/s (HF / plain)",
-            "library_s": 1 / hf_sps,
-            "reference_s": 1 / plain_sps,
-            "speedup_vs_reference": hf_sps / plain_sps,
-            "compute_floor_s": float("nan"),
-            "library_over_floor": float("nan"),
-            "executed_fraction": float("nan"),
-            "library_over_executed": float("nan"),
-            "note": f"HF {hf_sps:.1f} steps/s, plain {plain_sps:.1f} steps/s",
-        }
+    hf_sps = train_steps_per_second(fresh_hf, lambda m, t: m(input_ids=t).logits, b.a.train_steps)
+    plain_sps = train_steps_per_second(plain, lambda m, t: m(t), b.a.train_steps)
+    nan = float("nan")
+    b.rows.append({"part": "training steps/s (HF / plain)", "library_s": 1 / hf_sps, "reference_s": 1 / plain_sps,
+                   "speedup_vs_reference": hf_sps / plain_sps, "compute_floor_s": nan, "library_over_floor": nan,
+                   "executed_fraction": nan, "library_over_executed": nan,
+                   "note": f"HF {hf_sps:.1f} steps/s, plain {plain_sps:.1f} steps/s"})  # fmt: skip
+    print(b.rows[-1], flush=True)
+
+
+def parse(argv=None):
+    ap = harness.arguments(__doc__, "heroes.csv", threads=2)
+    ap.add_argument("--model", default="results/heroes/sort/seed42/model")
+    ap.add_argument("--task", default="sort")
+    ap.add_argument("--n", type=int, default=200, help="sequences per length / for C (both sides)")
+    ap.add_argument("--n-batches", type=int, default=50)
+    ap.add_argument("--train-steps", type=int, default=100)
+    ap.add_argument(
+        "--reference",
+        choices=["all", "ood", "none"],
+        default="all",
+        help="which parts also run the naive one-at-a-time reference (C's takes ~20 s per sequence x component at n = 1000); the others report library time and compute floor only",
     )
-    print(rows[-1], flush=True)
-    df = pd.DataFrame(rows)
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    a = parse(argv)
+    harness.start(a)
+    if not Path(a.model).is_dir():
+        raise SystemExit(f"no trained model at {a.model}: run `snakemake {a.model}` first")
+    b = Bench(a, models.load_hf(a.model), models.load_bridge(a.model), harness.matmul_throughput())
+    ood_part(b)
+    batches = g_part(b)
+    fresh = S.eval_set(a.task, N_LEN, a.n, seed=2)
+    means = engine.means(b.hf, [x.tokens for x in batches])
+    bmeans = interventions.component_means(b.br, [x.tokens for x in batches], b.comps)
+    c_part(b, fresh, means, bmeans)
+    probe_part(b, fresh, means, bmeans)
+    training_part(b)
+    df = pd.DataFrame(b.rows)
     df.insert(0, "threads", a.threads)
-    df["matmul_gflops"] = flops_per_s / 1e9
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(a.out, index=False)
+    df["matmul_gflops"] = b.flops_per_s / 1e9
+    harness.write(df, a)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(df.drop(columns=["note"]).to_string(index=False, float_format=lambda x: f"{x:.3g}"))
 

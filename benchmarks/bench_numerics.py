@@ -5,7 +5,8 @@ the default config's model sizes (config/config.yaml) with the same seeds and da
 paper A's training steps/s and the scoring of one model (G over gradient batches, C by
 mean ablation of every component over n OOD-length sequences), then the training
 steps/s of paper B's toy IOI model and of paper C's l2h4 model. The modes are run in
-turns, `--repeats` times, and the ratios are of the medians. Setups:
+turns, `--repeats` times (round r starting at the r-th setup), and the ratios are of the
+medians. Setups:
 
     exact           AVX2 kernels, MKL COMPATIBLE, IEEE sqrt, 1 thread (same bits on Intel and AMD)
     fast            AVX2 kernels, MKL AVX2 branch dispatching as on Intel, 1 thread (same bits on Intel and AMD)
@@ -23,7 +24,10 @@ both pinned modes give the same bits on Intel and AMD, and the cheaper, fast, is
 
     .venv/bin/python benchmarks/bench_numerics.py [--steps 150] [--n 500] [--repeats 3]
         [--threads 2] [--out results/benchmarks/numerics.csv]
-        [--projection results/benchmarks/numerics_projection.csv]
+        [--projection results/benchmarks/numerics_projection.csv] [--write]
+
+--write: also results/reference/benchmark_numerics.csv and benchmark_numerics_projection.csv,
+rendered into their doc blocks.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import harness
+
+ROOT = harness.ROOT
 
 
 # The fast mode's pins with MKL's own vendor dispatch (no override): what fast was before
@@ -209,61 +215,62 @@ def project(runtime, speeds):
     return pd.concat([per, tot], ignore_index=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def measure(a):
+    """Every setup --repeats times, in turns: a DataFrame, one row per run."""
+    from selfrepair.core import numerics
+
+    setups = {"exact": ("exact", 1), "fast": ("fast", 1)}
+    if numerics.needs_intel_dispatch():  # fast with and without MKL's vendor override
+        setups[OWN_VENDOR] = (OWN_VENDOR, 1)
+    setups |= {"native-1": ("native", 1), f"native-{a.threads}": ("native", a.threads)}
+    calls = {name: (lambda m=mode, t=threads: run_child(m, t, a)) for name, (mode, threads) in setups.items()}
+    rows = []
+    for rep, name, r in harness.interleaved(calls, a.repeats):
+        rows.append({"setup": name, "repeat": rep, "steps_per_s": r["steps_per_s"], "g_seconds": r["g_seconds"],
+                     "c_seconds": r["c_seconds"], "coax_steps_per_s": r["coax_steps_per_s"],
+                     "gim_steps_per_s": r["gim_steps_per_s"], "C_sum": r["C_sum"],
+                     "aten": r["numerics"]["aten_capability"], "threads": r["numerics"]["threads"],
+                     "cpu": r["numerics"]["cpu"], "cpu_vendor": r["numerics"]["cpu_vendor"]})  # fmt: skip
+        print(rows[-1], flush=True)
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def summarize(raw, a):
+    """Per setup (in the order of the first round): the medians and the speeds relative to fast."""
+    speeds = ["steps_per_s", "coax_steps_per_s", "gim_steps_per_s"]
+    by = raw.groupby("setup", sort=False)
+    out = speed_vs_fast(by[[*speeds, "g_seconds", "c_seconds"]].median())
+    return out.reset_index().assign(
+        aten=by["aten"].first().values, threads=by["threads"].first().values, repeats=a.repeats, steps=a.steps,
+        n=a.n, cpu=raw["cpu"].iloc[0], cpu_vendor=raw["cpu_vendor"].iloc[0],
+    )  # fmt: skip
+
+
+def main(argv=None):
+    ap = harness.arguments(__doc__, "numerics.csv", threads=2, modes=False)
     ap.add_argument("--steps", type=int, default=150, help="timed training steps")
     ap.add_argument("--n", type=int, default=500, help="sequences for C")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2, help="threads of the native-T mode")
-    ap.add_argument("--out", default="results/benchmarks/numerics.csv")
     ap.add_argument("--projection", default="results/benchmarks/numerics_projection.csv")
     ap.add_argument("--project-only", action="store_true", help="only redo the projection from an existing --out")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(child(a.child, a.threads, a.steps, a.n)))
         return
     import pandas as pd
 
-    from selfrepair.core import numerics
-
     if a.project_only:
-        proj = project(
-            pd.read_csv(ROOT / "results" / "reference" / "runtime.csv"), pd.read_csv(a.out).set_index("setup")
-        )
-        proj.to_csv(a.projection, index=False)
-        print(proj[proj["part"] == "all"].to_string(index=False))
-        return
-    setups = [("exact", "exact", 1), ("fast", "fast", 1), ("native-1", "native", 1),
-              (f"native-{a.threads}", "native", a.threads)]  # fmt: skip
-    if numerics.needs_intel_dispatch():  # fast with and without MKL's vendor override
-        setups.insert(2, (OWN_VENDOR, OWN_VENDOR, 1))
-    rows = []
-    for rep in range(a.repeats):
-        for name, mode, threads in setups:
-            r = run_child(mode, threads, a)
-            rows.append({"setup": name, "repeat": rep, "steps_per_s": r["steps_per_s"], "g_seconds": r["g_seconds"],
-                         "c_seconds": r["c_seconds"], "coax_steps_per_s": r["coax_steps_per_s"],
-                         "gim_steps_per_s": r["gim_steps_per_s"], "C_sum": r["C_sum"],
-                         "aten": r["numerics"]["aten_capability"], "threads": r["numerics"]["threads"],
-                         "cpu": r["numerics"]["cpu"], "cpu_vendor": r["numerics"]["cpu_vendor"]})  # fmt: skip
-            print(rows[-1], flush=True)
-    raw = pd.DataFrame(rows)
-    speeds = ["steps_per_s", "coax_steps_per_s", "gim_steps_per_s"]
-    med = raw.groupby("setup", sort=False)[[*speeds, "g_seconds", "c_seconds"]].median()
-    out = speed_vs_fast(med)
-    out = out.reset_index().assign(
-        aten=raw.groupby("setup", sort=False)["aten"].first().values,
-        threads=raw.groupby("setup", sort=False)["threads"].first().values,
-        repeats=a.repeats, steps=a.steps, n=a.n, cpu=rows[0]["cpu"], cpu_vendor=rows[0]["cpu_vendor"],
-    )  # fmt: skip
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(a.out, index=False)
-    print(out.to_string(index=False))
-    runtime = pd.read_csv(ROOT / "results" / "reference" / "runtime.csv")
-    proj = project(runtime, out.set_index("setup"))
-    proj.to_csv(a.projection, index=False)
-    print(proj.to_string(index=False))
+        out = pd.read_csv(a.out)
+    else:
+        out = summarize(measure(a), a)
+        harness.write(out, a)
+        print(out.to_string(index=False))
+    proj = project(pd.read_csv(ROOT / "results" / "reference" / "runtime.csv"), out.set_index("setup"))
+    harness.write(proj, a, out=a.projection)
+    print((proj[proj["part"] == "all"] if a.project_only else proj).to_string(index=False))
 
 
 if __name__ == "__main__":

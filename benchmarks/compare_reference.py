@@ -6,18 +6,19 @@ number downstream may move; this says how far, in the terms a reader checks: whi
 published claims change status, by how much each value moves, whether a claim's CI on one
 run contains the other run's value.
 
-    .venv/bin/python benchmarks/compare_reference.py OLD_DIR NEW_DIR [--out results/reference/vendor_comparison.csv]
+    .venv/bin/python benchmarks/compare_reference.py OLD_DIR NEW_DIR [--out results/benchmarks/vendor_comparison.csv] [--write]
     git show REV:results/reference/published_summary.csv > old/published_summary.csv   # an old copy
 
 OLD_DIR and NEW_DIR each hold published_summary.csv, numerics.csv (or say their CPU with
 --old-label / --new-label), and optionally gim_localization.csv and coax_ioi_summary.csv.
+Writes --out and beside it <name>_summary.csv; --write: also both into results/reference/.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+import harness
 import pandas as pd
 
 TOL_CPR = 0.01  # a per-model CPR "moves" when it changes by more than this
@@ -83,17 +84,16 @@ def compare(old_dir: Path, new_dir: Path, old_label: str | None = None, new_labe
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.arguments(__doc__, "vendor_comparison.csv", threads=None, modes=False)
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
     ap.add_argument("--old-label")
     ap.add_argument("--new-label")
-    ap.add_argument("--out", default="results/reference/vendor_comparison.csv")
     a = ap.parse_args()
     table, summary = compare(a.old, a.new, a.old_label, a.new_label)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(a.out, index=False)
-    pd.DataFrame([summary]).to_csv(Path(a.out).with_name(Path(a.out).stem + "_summary.csv"), index=False)
+    out = harness.write(table, a, reference=Path(a.out).stem)
+    summary_csv = out.with_name(out.stem + "_summary.csv")
+    harness.write(pd.DataFrame([summary]), a, out=summary_csv, reference=summary_csv.stem)
     for k, v in summary.items():
         print(f"{k}: {v}")
     moved = table[table["status_changed"]]

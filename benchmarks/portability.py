@@ -16,15 +16,17 @@ times, and each difference is listed with what differs and by how much.
 
     .venv/bin/python benchmarks/portability.py [--numerics exact|fast|native]
         [--other-numerics MODE] [--fixed-weights] [--papers heroes] [--out results/benchmarks/portability.csv]
+        [--write]
 
 --other-numerics native --fixed-weights: both runs score the committed checkpoints of
 tests/golden (no training), the second with this CPU's own kernels and 2 threads: which
 scores move when nothing is pinned, and by how much (the tolerances of the golden tests).
+--write: also results/reference/<--out's name> (portability.csv, portability_native_scoring.csv),
+rendered into its doc block.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -33,10 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from selfrepair.core.numerics import DEFAULT_MODE, MODES  # noqa: E402  imports no torch
-from selfrepair.core.numerics import OTHER_CPU_ENV as OTHER  # noqa: E402
+import harness
+from harness import ROOT
+
+from selfrepair.core.numerics import MODES  # imports no torch
+from selfrepair.core.numerics import OTHER_CPU_ENV as OTHER
 
 # Columns that hold wall times: expected to differ between any two runs.
 TIME_FIELDS = {"seconds", "train_seconds", "wall_s", "s", "time"}
@@ -108,12 +111,10 @@ def compare_json(a: Path, b: Path) -> list[dict]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE)
+    ap = harness.arguments(__doc__, "portability.csv", threads=None)
     ap.add_argument("--other-numerics", choices=MODES, help="the second run's mode (default: --numerics)")
     ap.add_argument("--fixed-weights", action="store_true", help="score the committed tiny checkpoints, no training")
     ap.add_argument("--papers", default="heroes", help="comma-separated papers of the tiny config")
-    ap.add_argument("--out", default="results/benchmarks/portability.csv")
     ap.add_argument("--keep", help="keep the two runs' folders under this folder")
     a = ap.parse_args()
     import pandas as pd
@@ -147,8 +148,7 @@ def main():
         here=a.numerics, other=other_mode, fixed_weights=a.fixed_weights,
         wall_here_s=round(wall["here"], 1), wall_other_s=round(wall["other"], 1),
     )  # fmt: skip
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    t.to_csv(a.out, index=False)
+    harness.write(t, a, reference=Path(a.out).stem)
     diff = t[~t["identical"]]
     print(f"numerics {a.numerics} vs {other_mode}: {t['file'].nunique()} files, {int(t['identical'].sum())} identical; "
           f"wall here {wall['here']:.0f} s, other {wall['other']:.0f} s")  # fmt: skip

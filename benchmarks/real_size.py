@@ -17,11 +17,13 @@ Each part then runs through the workflow, one Snakemake job per (model, part), w
 job's ``benchmark:`` file gives wall and CPU seconds and peak memory; the outputs are
 checked (the status row says 'ran', the tables exist, the MIB graph's edge count against
 MIB's published one where there is one). One row per (model, part) goes to
-``results/reference/real_size.csv`` (rows of other models and parts already there are
+``results/benchmarks/real_size.csv`` (``--out``; with ``--write`` also into
+``results/reference/real_size.csv``; rows of other models and parts already there are
 kept, so the models can be measured one at a time):
 
-    python benchmarks/real_size.py --models gpt2 --parts ioi wakeup mib:eap
+    python benchmarks/real_size.py --models gpt2 --parts ioi wakeup mib:eap [--write]
     python benchmarks/real_size.py --list           # the models and parts it knows
+    python benchmarks/real_size.py --markdown --out results/reference/real_size.csv  # docs/RESULTS.md's table
 
 ``--device cuda`` runs the rules on a GPU (``--max-params`` then sizes GPU memory).
 
@@ -31,7 +33,6 @@ that size, how long it takes and how much memory it needs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -42,9 +43,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-OUT = ROOT / "results" / "reference" / "real_size.csv"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, when loaded by its path (tests)
+import harness  # noqa: E402
+from harness import ROOT  # noqa: E402
+
+STAND_INS = Path.home() / ".cache" / "selfrepair" / "real_size"  # --root's default
 
 # The published configurations (each model's config.json on the Hugging Face hub), as
 # (transformers config class, its arguments). Vocabulary sizes are the models' own; the
@@ -193,6 +196,16 @@ def build(name: str, root: Path, max_params: float, max_heads: int | None = None
         print(f"built {name}: {layers}/{real_layers} layers, {info['params_built'] / 1e6:.0f}M parameters "
               f"in {time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
     return info
+
+
+def stand_in(folder: Path, name: str = "gpt2") -> Path:
+    """``folder`` when it holds a model, else the stand-in of ``name`` at its real depth
+    under the default --root (built there once; the benchmarks of the real-size paths)."""
+    if (folder / "config.json").exists():
+        return folder
+    info = build(name, STAND_INS, float("inf"))
+    print(f"no model at {folder}: the random-weight stand-in of {name} ({info['models_root']})", flush=True)
+    return Path(info["models_root"]) / name
 
 
 def write_mib_datasets(root: Path, n: int = 64) -> None:
@@ -372,17 +385,15 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.arguments(__doc__.split("\n\n")[0], "real_size.csv", modes=False)
     ap.add_argument("--models", nargs="*", help="default: every model coax.real and gim.mib name")
     ap.add_argument("--parts", nargs="*", help="ioi wakeup induction mib:<method> (default: all of each model's)")
-    ap.add_argument("--root", default=str(Path.home() / ".cache" / "selfrepair" / "real_size"))
+    ap.add_argument("--root", default=str(STAND_INS))
     ap.add_argument("--max-params", type=float, default=1.6e9, help="larger models get fewer layers")
     ap.add_argument("--max-heads", type=int, help="models with more heads get fewer layers (CPU time)")
     ap.add_argument("--n-prompts", type=int, default=8)
     ap.add_argument("--n-eval", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the rules' device (default cpu)")
-    ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print --out as a markdown table and stop")
     args = ap.parse_args(argv)
@@ -402,7 +413,6 @@ def main(argv=None):
         return
     root = Path(args.root).expanduser()
     write_mib_datasets(root / "mib")
-    out = Path(args.out)
     for name in args.models or names:
         info = build(name, root, args.max_params, args.max_heads)
         for part in parts_of(name, real, mib, gim_cfg["methods"]):
@@ -410,10 +420,7 @@ def main(argv=None):
                 continue
             row = run_part(name, part, root, info, args)
             print(json.dumps(row), flush=True)
-            old = pd.read_csv(out) if out.exists() else pd.DataFrame()
-            if len(old):
-                old = old[~((old.model == name) & (old.part == part))]
-            pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(out, index=False)
+            harness.write(pd.DataFrame([row]), args, reference="real_size", keys=["model", "part"])
 
 
 if __name__ == "__main__":

@@ -1,20 +1,21 @@
 """Sum the Snakemake ``benchmark:`` files of a run per paper and step.
 
-    python benchmarks/runtime_summary.py [--root benchmarks] [--out results/benchmarks/runtime.csv]
+    python benchmarks/runtime_summary.py [--root benchmarks] [--out results/benchmarks/runtime.csv] [--write]
 
 Each compute rule writes one TSV per job (``s``: the job's wall seconds, ``cpu_time``).
 The table has, per part (heroes, heroes grid, coax, gim, groundtruth) and step (the file's stem: train,
 ood, scores, measure, localize, ...): jobs, summed wall seconds and CPU seconds, the
 longest job, and a row ``all`` per part. Summed job seconds are the serial time of the
-part: on c cores a part takes at least max(longest job, sum / c).
+part: on c cores a part takes at least max(longest job, sum / c). --write: also
+results/reference/runtime.csv, rendered into its doc block.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
+import harness
 import pandas as pd
 
 
@@ -62,13 +63,11 @@ def summarize(root: Path) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.arguments(__doc__, "runtime.csv", threads=None, modes=False)
     ap.add_argument("--root", default="benchmarks")
-    ap.add_argument("--out", default="results/benchmarks/runtime.csv")
     a = ap.parse_args()
     out = summarize(Path(a.root))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(a.out, index=False)
+    harness.write(out, a, reference="runtime")
     print(out.to_string(index=False))
 
 
