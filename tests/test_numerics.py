@@ -131,7 +131,7 @@ print(int((ex_sqrt(x, rsqrtps(x)) == mkl).sum()), int((ex_sqrt(x, exact_y) != mk
 
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_mkls_compatible_square_root_is_this_cpus_rsqrtps_refined_without_fma(tmp_path):
-    """Why exact replaced the square root (docs/RESULTS.md, "The kernel that moved exact"):
+    """Why exact replaced the square root (docs/results/numerics.md, "The kernel that moved exact"):
     under MKL_CBWR=COMPATIBLE, torch.sqrt equals, bit for bit on 400,000 values, two
     float32 Newton steps without FMA from this CPU's own rsqrtps (an instruction whose
     bits the x86 manuals leave to the implementation); from a correctly rounded 1/sqrt

@@ -25,7 +25,7 @@ too (parallel reductions split differently). Three modes:
     root (``mkl_vml_kernel_sSqrt_EXHAynn``) refines the CPU's approximate ``rsqrtps``
     estimate with float products and sums, no FMA, so its last bit follows the vendor's
     ``rsqrtps`` table: that kernel made ``exact`` train other bits on Intel and AMD
-    (docs/RESULTS.md, "The kernel that moved exact"). With the square root replaced, the
+    (docs/results/numerics.md, "The kernel that moved exact"). With the square root replaced, the
     same bits on Intel and AMD CPUs with AVX2 and FMA, as ``fast``: measured on an Intel
     Xeon (family 6 model 167) and AMD EPYCs Zen 4 and 5, every op, the training and the
     operation trace. No CPU measured gets more from it than from ``fast`` (on a CPU
