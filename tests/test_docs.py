@@ -364,7 +364,7 @@ def test_documented_tiny_report_command_writes_the_report(tmp_path):
 
 def test_readme_stays_short():
     size = (ROOT / "README.md").stat().st_size
-    assert size <= 20_480, f"README.md is {size} bytes: move detail into docs/ (limit 20,480)"
+    assert size <= 12_288, f"README.md is {size} bytes: move detail into docs/ (limit 12,288)"
 
 
 def test_no_bare_issue_numbers():
