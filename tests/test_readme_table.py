@@ -150,3 +150,53 @@ def test_verdict_counts_and_rows_worked_out_by_hand():
     assert doc_blocks.verdict_markdown(df, "coax") == (
         "2 claims. 1 reproduced, 0 fragile, 0 differ, 1 not run. No claim that ran differs from the published value."
     )
+
+
+def test_not_run_grouped_by_need_worked_out_by_hand():
+    """Six not-run claims: two need only gpt2's weights, one MIB's models and data, two an
+    experiment this workflow lacks (one of them also names gpt2: it stays in the code
+    group), one ran with an undefined value; the reproduced one is left out. Costs: the
+    stand-ins' projected hours, MIB's summed per model without EActP."""
+    gone = "weights not found for 'gpt2' (looked at gpt2 and the local Hugging Face cache)"
+    df = pd.DataFrame(
+        {
+            "paper": ["coax", "coax", "coax", "coax", "gim", "heroes", "coax"],
+            "status": ["not run"] * 6 + ["reproduced"],
+            "note": [
+                f"not run: {gone}; toy analogue: 1.0",
+                f"not run: {gone}",
+                f"not run: {gone}; no toy analogue: the knockout table records no KL",
+                "not run: needs pythia-160m weights and the release's held-out induction completion",
+                "MIB models/datasets are not in the local cache, so the claim about them is not run",
+                "undefined: the mean individual drop is -0.16 points",
+                "40 trials",
+            ],
+        }
+    )
+    real = pd.DataFrame(
+        {
+            "model": ["gpt2"] * 5,
+            "part": ["ioi", "wakeup", "mib:eap", "mib:gim", "mib:eactp"],
+            "hours_config_projected": [2.0, 0.5, 0.1, 0.2, 100.0],
+            "weights_gb_fp32": [0.5] * 5,
+        }
+    )
+    g = doc_blocks.not_run_groups(df)
+    assert list(zip(g["kind"], g["claims"])) == [("weights", 2), ("mib", 1), ("code", 1), ("code", 1), ("undefined", 1)]
+    assert g["what"][0] == ("gpt2",)
+    md = doc_blocks.not_run_markdown(df, real).splitlines()
+    assert md[0] == "6 claims are *not run* (paper A 1, paper B 4, paper C 1). By what they need:"
+    assert md[4] == (
+        "| weights of `gpt2` | 2 | B | `snakemake --cores all results/published/coax.csv` "
+        "| `gpt2` ioi 2 h, wakeup 0.5 h (0.5 GB fp32) |"
+    )
+    assert md[5].endswith("| 1 | C | `snakemake --cores all results/published/gim.csv` | `gpt2` 0.3 h (0.5 GB fp32) |")
+    assert md[6].endswith("not implemented here | 1 | B |  |  |") and "knockout" in md[6]
+
+
+def test_reference_not_run_claims_each_in_one_group():
+    """Every not-run claim of the reference summary falls in a named group (none unread)."""
+    df = pd.read_csv(readme_table.REFERENCE / "published_summary.csv")
+    g = doc_blocks.not_run_groups(df)
+    assert g["claims"].sum() == (df["status"].fillna("not run") == "not run").sum()
+    assert "other" not in set(g["kind"]), g[g["kind"] == "other"]

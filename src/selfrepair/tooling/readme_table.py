@@ -366,7 +366,8 @@ def blocks() -> dict[str, str]:
     if f.exists():
         out["published"] = published_markdown(f)
         out["headline"] = headline_markdown(f)
-        out.update(doc_blocks.blocks(pd.read_csv(f)))
+        real = REFERENCE / "real_size.csv"
+        out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():
