@@ -16,7 +16,7 @@ too (parallel reductions split differently). Three modes:
     Intel and AMD CPUs with AVX2 and FMA, measured on Intel Xeons (family 6 models 167 and
     207, and one at 2.8 GHz) and AMD EPYCs (Zen 3, 4 and 5): the committed fingerprints
     agree in every op and train the same 64-step GPT-2, and the Xeon model 167 and an
-    AMD EPYC train every golden checkpoint bit for bit (README "Numerics").
+    AMD EPYC train every golden checkpoint bit for bit (docs/results/numerics.md).
 
 ``exact``
     The same, but MKL on its ``COMPATIBLE`` branch, and torch's square root (MKL's
@@ -62,7 +62,7 @@ from pathlib import Path
 
 MODES = ("exact", "fast", "native")
 PINNED_MODES = ("exact", "fast")
-# The default of config/config.yaml and the tools (README "Numerics"): both pinned modes
+# The default of config/config.yaml and the tools (docs/results/numerics.md): both pinned modes
 # give the same bits on Intel and AMD, and fast costs about half of exact.
 DEFAULT_MODE = "fast"
 # Names that earlier versions accepted, and what to use instead.
