@@ -124,7 +124,7 @@ reference-grid: env
 grid-full: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) --configfile config/config.yaml config/grid_full.yaml $(SNAKEMAKE_ARGS)
 
-# The pinned numerics on one machine (README "Numerics"): paper A's tiny config twice,
+# The pinned numerics on one machine (docs/results/numerics.md): paper A's tiny config twice,
 # here and with another CPU's settings, every file compared; then the committed tiny
 # checkpoints scored with and without the pins; then each mode's cost (bench_numerics,
 # with the full run projected per mode). About 30 min. `make fingerprint` is the

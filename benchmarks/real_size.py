@@ -371,7 +371,7 @@ def check_outputs(name: str, part: str, d: Path, status: pd.DataFrame) -> tuple[
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """The table as docs/RESULTS.md shows it: one row per (model, part)."""
+    """The table as docs/results/not-run.md shows it: one row per (model, part)."""
     cols = ["model", "part", "layers", "params (B)", "n", "ran", "wall s", "CPU s", "peak GB",
             "hours, default config (projected)", "check"]  # fmt: skip
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -4,7 +4,7 @@ limit 2 floor(log2 n), median-of-three pivot moved to the front, unguarded Hoare
 partition, recursion on the right part, blocks of at most 16 left to one final
 insertion sort). Checked in tests/test_mib_conventions.py against torch 2.13 itself;
 if torch changes its CPU sort those checks fail and the tie-order documentation
-(docs/PAPERS.md, gim/graph.py top_edges) must be revisited."""
+(docs/papers/paper-c.md, gim/graph.py top_edges) must be revisited."""
 
 import math
 

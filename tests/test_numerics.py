@@ -131,7 +131,7 @@ print(int((ex_sqrt(x, rsqrtps(x)) == mkl).sum()), int((ex_sqrt(x, exact_y) != mk
 
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 def test_mkls_compatible_square_root_is_this_cpus_rsqrtps_refined_without_fma(tmp_path):
-    """Why exact replaced the square root (docs/RESULTS.md, "The kernel that moved exact"):
+    """Why exact replaced the square root (docs/results/numerics.md, "The kernel that moved exact"):
     under MKL_CBWR=COMPATIBLE, torch.sqrt equals, bit for bit on 400,000 values, two
     float32 Newton steps without FMA from this CPU's own rsqrtps (an instruction whose
     bits the x86 manuals leave to the implementation); from a correctly rounded 1/sqrt
@@ -391,7 +391,7 @@ print(torch.backends.cpu.get_cpu_capability(), *(hashlib.sha256(t.numpy().tobyte
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
 @pytest.mark.parametrize("mode", numerics.PINNED_MODES)
 def test_on_a_cpu_without_avx2_emulated_torch_randn_itself_moves_so_neither_mode_holds(mode):
-    """Why no mode promises anything on a CPU without AVX2 (README "Numerics"): with every
+    """Why no mode promises anything on a CPU without AVX2 (docs/results/numerics.md): with every
     library capped at SSE4.2 (fingerprint.py --emulate, ATen's DEFAULT kernels), the mode's
     pins give other random draws than on an AVX2 CPU (ATen's vectorized normal sampler
     runs from 16 values on; 8 values take the scalar path and agree), so the weights of a

@@ -82,7 +82,7 @@ def test_the_page_has_one_example_per_paper():
 
 def test_no_other_document_has_python_examples():
     """This module runs the python blocks of docs/OWN_MODEL.md only: any elsewhere would go untested."""
-    others = [d for d in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))] if d != DOC]
+    others = [d for d in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))] if d != DOC]
     assert [d.name for d in others if python_blocks(d)] == []
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import readme_table
+from selfrepair.tooling import doc_blocks, readme_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ABSENT = "weights not found for '{m}' (looked at {m} and the local Hugging Face cache; nothing is downloaded): LocalEntryNotFoundError"
@@ -102,3 +102,101 @@ def test_every_reference_table_is_in_a_document_and_readme_stays_short():
     names = {n: [d for d, t in docs.items() if n in readme_table.block_names(t)] for n in readme_table.blocks()}
     assert all(names.values()), [n for n, d in names.items() if not d]
     assert readme_table.block_names(docs["README.md"]) == ["headline"]  # the long tables live in docs/
+
+
+def test_documents_in_docs_subfolders_are_rendered_and_checked(tmp_path, capsys):
+    """docs/results/*.md and deeper: found, rendered, and --check fails while one is stale."""
+    (tmp_path / "docs" / "results" / "deep").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("# r\n")
+    sub = tmp_path / "docs" / "results" / "deep" / "page.md"
+    sub.write_text("<!-- verdict_gim:start -->\n<!-- verdict_gim:end -->\n")
+    assert sub in readme_table.documents(tmp_path)
+    assert readme_table.main(["--check"], root=tmp_path) == 1
+    assert "docs/results/deep/page.md is out of date" in capsys.readouterr().out
+    assert readme_table.main([], root=tmp_path) == 0
+    assert readme_table.blocks()["verdict_gim"] in sub.read_text()
+
+
+def test_verdict_counts_and_rows_worked_out_by_hand():
+    """Two protocols: counts per status for each, and a row for every claim that differs or
+    is fragile under either; one protocol without such a claim: counts and one sentence."""
+    df = pd.DataFrame(
+        {
+            "paper": ["heroes"] * 4 + ["coax"] * 2,
+            "id": ["a", "b", "c", "d", "e", "f"],
+            "published": [0.72, 21, 5, "holds", 0.9, 1],
+            "reproduced": [0.585, 5, 5, "does not hold", 0.92, None],
+            "ci_low": [0.46, 1, None, None, None, None],
+            "ci_high": [0.7, 10, None, None, None, None],
+            "tolerance": [0.08, 5, 1, None, 0.03, 0.1],
+            "status": ["fragile", "differs", "reproduced", "differs", "reproduced", "not run"],
+            "authors_reproduced": [0.81, 16, 5, None, None, None],
+            "authors_ci_low": [None] * 6,
+            "authors_ci_high": [None] * 6,
+            "authors_status": ["fragile", "reproduced", "reproduced", None, None, None],
+        }
+    )
+    md = doc_blocks.verdict_markdown(df, "heroes")
+    assert md.startswith(
+        "4 claims. Under the paper's text: 1 reproduced, 1 fragile, 2 differ, 0 not run. "
+        "Under the authors' code: 2 reproduced, 1 fragile, 0 differ, 1 not run."
+    )
+    rows = [line for line in md.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `a` | 0.72 +- 0.08 | 0.585 [0.46, 0.7] | fragile | 0.81 | fragile |",
+        "| `b` | 21 +- 5 | 5 [1, 10] | differs | 16 | reproduced |",
+        "| `d` | holds | does not hold | differs |  | not run |",
+    ]
+    assert doc_blocks.verdict_markdown(df, "coax") == (
+        "2 claims. 1 reproduced, 0 fragile, 0 differ, 1 not run. No claim that ran differs from the published value."
+    )
+
+
+def test_not_run_grouped_by_need_worked_out_by_hand():
+    """Six not-run claims: two need only gpt2's weights, one MIB's models and data, two an
+    experiment this workflow lacks (one of them also names gpt2: it stays in the code
+    group), one ran with an undefined value; the reproduced one is left out. Costs: the
+    stand-ins' projected hours, MIB's summed per model without EActP."""
+    gone = "weights not found for 'gpt2' (looked at gpt2 and the local Hugging Face cache)"
+    df = pd.DataFrame(
+        {
+            "paper": ["coax", "coax", "coax", "coax", "gim", "heroes", "coax"],
+            "status": ["not run"] * 6 + ["reproduced"],
+            "note": [
+                f"not run: {gone}; toy analogue: 1.0",
+                f"not run: {gone}",
+                f"not run: {gone}; no toy analogue: the knockout table records no KL",
+                "not run: needs pythia-160m weights and the release's held-out induction completion",
+                "MIB models/datasets are not in the local cache, so the claim about them is not run",
+                "undefined: the mean individual drop is -0.16 points",
+                "40 trials",
+            ],
+        }
+    )
+    real = pd.DataFrame(
+        {
+            "model": ["gpt2"] * 5,
+            "part": ["ioi", "wakeup", "mib:eap", "mib:gim", "mib:eactp"],
+            "hours_config_projected": [2.0, 0.5, 0.1, 0.2, 100.0],
+            "weights_gb_fp32": [0.5] * 5,
+        }
+    )
+    g = doc_blocks.not_run_groups(df)
+    assert list(zip(g["kind"], g["claims"])) == [("weights", 2), ("mib", 1), ("code", 1), ("code", 1), ("undefined", 1)]
+    assert g["what"][0] == ("gpt2",)
+    md = doc_blocks.not_run_markdown(df, real).splitlines()
+    assert md[0] == "6 claims are *not run* (paper A 1, paper B 4, paper C 1). By what they need:"
+    assert md[4] == (
+        "| weights of `gpt2` | 2 | B | `snakemake --cores all results/published/coax.csv` "
+        "| `gpt2` ioi 2 h, wakeup 0.5 h (0.5 GB fp32) |"
+    )
+    assert md[5].endswith("| 1 | C | `snakemake --cores all results/published/gim.csv` | `gpt2` 0.3 h (0.5 GB fp32) |")
+    assert md[6].endswith("not implemented here | 1 | B |  |  |") and "knockout" in md[6]
+
+
+def test_reference_not_run_claims_each_in_one_group():
+    """Every not-run claim of the reference summary falls in a named group (none unread)."""
+    df = pd.read_csv(readme_table.REFERENCE / "published_summary.csv")
+    g = doc_blocks.not_run_groups(df)
+    assert g["claims"].sum() == (df["status"].fillna("not run") == "not run").sum()
+    assert "other" not in set(g["kind"]), g[g["kind"] == "other"]

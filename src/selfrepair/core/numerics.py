@@ -16,7 +16,7 @@ too (parallel reductions split differently). Three modes:
     Intel and AMD CPUs with AVX2 and FMA, measured on Intel Xeons (family 6 models 167 and
     207, and one at 2.8 GHz) and AMD EPYCs (Zen 3, 4 and 5): the committed fingerprints
     agree in every op and train the same 64-step GPT-2, and the Xeon model 167 and an
-    AMD EPYC train every golden checkpoint bit for bit (README "Numerics").
+    AMD EPYC train every golden checkpoint bit for bit (docs/results/numerics.md).
 
 ``exact``
     The same, but MKL on its ``COMPATIBLE`` branch, and torch's square root (MKL's
@@ -25,7 +25,7 @@ too (parallel reductions split differently). Three modes:
     root (``mkl_vml_kernel_sSqrt_EXHAynn``) refines the CPU's approximate ``rsqrtps``
     estimate with float products and sums, no FMA, so its last bit follows the vendor's
     ``rsqrtps`` table: that kernel made ``exact`` train other bits on Intel and AMD
-    (docs/RESULTS.md, "The kernel that moved exact"). With the square root replaced, the
+    (docs/results/numerics.md, "The kernel that moved exact"). With the square root replaced, the
     same bits on Intel and AMD CPUs with AVX2 and FMA, as ``fast``: measured on an Intel
     Xeon (family 6 model 167) and AMD EPYCs Zen 4 and 5, every op, the training and the
     operation trace. No CPU measured gets more from it than from ``fast`` (on a CPU
@@ -79,7 +79,7 @@ from selfrepair.core.preload import (  # noqa: F401
 
 MODES = ("exact", "fast", "native")
 PINNED_MODES = ("exact", "fast")
-# The default of config/config.yaml and the tools (README "Numerics"): both pinned modes
+# The default of config/config.yaml and the tools (docs/results/numerics.md): both pinned modes
 # give the same bits on Intel and AMD, and fast costs about half of exact.
 DEFAULT_MODE = "fast"
 # Names that earlier versions accepted, and what to use instead.

@@ -4,7 +4,7 @@
     python -m selfrepair.tooling.readme_table --check  # exit 1 if any document is out of date
 
 A block is the text between `<!-- name:start -->` and `<!-- name:end -->`; the documents
-are README.md and docs/*.md, and a block is rendered into every document that has its
+are README.md and every markdown file under docs/ (subfolders too), and a block is rendered into every document that has its
 markers. Every number in those blocks comes from files under results/reference/, which
 are copies of what a full default run of the workflow wrote.
 """
@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+from selfrepair.tooling import doc_blocks
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -364,6 +366,8 @@ def blocks() -> dict[str, str]:
     if f.exists():
         out["published"] = published_markdown(f)
         out["headline"] = headline_markdown(f)
+        real = REFERENCE / "real_size.csv"
+        out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():
@@ -389,8 +393,8 @@ _MARKER = re.compile(r"^<!-- ([\w-]+):(start|end) -->$", re.M)
 
 
 def documents(root: Path = ROOT) -> list[Path]:
-    """README.md and every markdown file under docs/."""
-    docs = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    """README.md and every markdown file under docs/, its subfolders included."""
+    docs = [root / "README.md"] + sorted((root / "docs").rglob("*.md"))
     return [d for d in docs if d.exists()]
 
 
