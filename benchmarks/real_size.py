@@ -23,7 +23,7 @@ kept, so the models can be measured one at a time):
 
     python benchmarks/real_size.py --models gpt2 --parts ioi wakeup mib:eap [--write]
     python benchmarks/real_size.py --list           # the models and parts it knows
-    python benchmarks/real_size.py --markdown --out results/reference/real_size.csv  # docs/RESULTS.md's table
+    python benchmarks/real_size.py --markdown --out results/reference/real_size.csv  # docs/results/not-run.md's table
 
 ``--device cuda`` runs the rules on a GPU (``--max-params`` then sizes GPU memory).
 
