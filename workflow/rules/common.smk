@@ -172,7 +172,7 @@ def register(paper, files):
 
 def all_targets():
     out = []
-    for p in PAPERS + ["groundtruth"]:
+    for p in PAPERS + ["groundtruth", "own"]:
         out.extend(TARGETS.get(p, []))
     out.append("results/published/summary.csv")
     return out
