@@ -63,6 +63,7 @@ def own_settings(name, kind):
         single_frac=GT["hidden_single_frac"],
         top_r=COAX["top_r"],
         max_rows=COAX["max_rows"],
+        role_threshold=config["heroes"]["roles"]["threshold"],
     )
     return s
 

@@ -108,7 +108,9 @@ def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
     for h in seed:
         c = parse(h)
         if c.layer >= bridge.cfg.n_layers or c.head is None or c.head >= bridge.cfg.n_heads:
-            raise NotRun(f"seed_set: {h} is no head of this model ({bridge.cfg.n_layers} layers of {bridge.cfg.n_heads} heads)")
+            raise NotRun(
+                f"seed_set: {h} is no head of this model ({bridge.cfg.n_layers} layers of {bridge.cfg.n_heads} heads)"
+            )
     if not seed:
         seed = single_ablation_seed(bridge, data, int(s["n_seed"]), str(s["mode"]), int(s["max_rows"]))
     table = coax_scores(
@@ -120,10 +122,16 @@ def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
 
 def g_vs_c(model, s: dict) -> dict:
     """Paper A's G (weight-gradient norm, :func:`heroes.gradient_importance`) against C
-    (accuracy drop under ablation with its paired SE and 95% interval,
+    (accuracy drop under ablation with its paired SE and 95% interval, the calls of
     :func:`heroes.causal_importance`) of every head and MLP of a Hugging Face GPT-2 on
-    sequence task ``s["task"]`` of ``s["length"]`` values."""
-    from selfrepair.heroes import causal_importance, gradient_importance
+    sequence task ``s["task"]`` of ``s["length"]`` values; each component's role under
+    mean ablation (hero, bloat, aligned at ``s["role_threshold"]``) with its bootstrap
+    stability, and the bootstrap interval of Spearman's rho(G, C)
+    (:func:`heroes.spread.bootstrap_roles`)."""
+    from selfrepair.core import engine
+    from selfrepair.core.components import all_components
+    from selfrepair.heroes import gradient_importance, scores
+    from selfrepair.heroes.spread import bootstrap_roles
     from selfrepair.tasks import sequences as S
 
     need = 2 * int(s["length"]) + 2  # START x1..xN SEP y1..yN (END is predicted)
@@ -134,12 +142,20 @@ def g_vs_c(model, s: dict) -> dict:
             f"the {s['task']} sequences of length {s['length']} are {need} tokens long, longer than the model's "
             f"context of {model.config.n_positions} tokens (n_ctx)"
         )
-    seed = int(s["data_seed"])
+    seed, dev = int(s["data_seed"]), next(model.parameters()).device
     batches = S.fixed_length_batches(s["task"], int(s["length"]), int(s["n_batches"]), int(s["batch_size"]), seed)
-    fresh = S.eval_set(s["task"], int(s["length"]), int(s["n_eval"]), seed + 1)
-    dev = next(model.parameters()).device
-    batches, fresh = [b.to(dev) for b in batches], fresh.to(dev)
+    fresh = S.eval_set(s["task"], int(s["length"]), int(s["n_eval"]), seed + 1).to(dev)
+    batches = [b.to(dev) for b in batches]
     G = gradient_importance(model, batches)
-    C = causal_importance(model, fresh, mean_batches=batches)
+    comps = all_components(model.config.n_layer, model.config.n_head)
+    means = engine.means(model, [b.tokens for b in batches], comps)  # causal_importance's calls, outcomes kept
+    correct = {
+        m: scores.ablation_correct(model, fresh, [[]] + [[c] for c in comps], m, means) for m in ("mean", "zero")
+    }
+    C = pd.concat([scores.causal_table(correct[m], [c.name for c in comps], m) for m in correct], ignore_index=True)
     C = C.assign(C_lo=C["C"] - 1.96 * C["C_se"], C_hi=C["C"] + 1.96 * C["C_se"])
-    return {"g_vs_c": G.merge(C, on="component")}
+    t = float(s["role_threshold"])
+    roles, rho = bootstrap_roles(correct["mean"].T.cpu().numpy(), G["G"].to_numpy(), [t], seed=seed)
+    roles = roles.rename(columns={f"role_t{t:g}": "role", f"stability_t{t:g}": "role_stability"})
+    roles = roles.assign(component=G["component"], mode="mean", role_threshold=t, **rho)
+    return {"g_vs_c": G.merge(C, on="component").merge(roles, on=["component", "mode"], how="left")}

@@ -60,7 +60,9 @@ def read_rows(path: str | Path) -> list[tuple[str, dict | str]]:
     if p.is_file() and p.suffix == ".csv":
         with open(p, newline="") as f:
             rows = list(csv.DictReader(f))
-        return [(f"{p}: row {i}", r if None not in r else "more cells than the header names") for i, r in enumerate(rows)]
+        return [
+            (f"{p}: row {i}", r if None not in r else "more cells than the header names") for i, r in enumerate(rows)
+        ]
     frame = mib.read_rows(p, split=None)  # .json, .parquet, a folder of MIB files
     return [(f"{r[mib.ROW_FILE]}: row {r[mib.ROW_INDEX]}", r.to_dict()) for _, r in frame.iterrows()]
 
@@ -105,5 +107,7 @@ def load_pairs(path, tokenizer, n: int):
             continue
         pairs.append(got)
     if not pairs:
-        raise NoPairs(f"dataset {path}: no usable pair in {len(rows)} rows" + (f" ({dropped[0]}; ...)" if dropped else ""))
+        raise NoPairs(
+            f"dataset {path}: no usable pair in {len(rows)} rows" + (f" ({dropped[0]}; ...)" if dropped else "")
+        )
     return mib.pairs_batch(pairs[:n], tokenizer), dropped, len(pairs)

@@ -33,7 +33,9 @@ def _pairs(bridge, folder, s: dict):
         data, dropped, n_rows = get_task(task).sample(n, seed=int(s["data_seed"])), [], n
         top = int(max(t.max() for t in (data.clean, data.corrupt, data.answer, data.foil)))
         if top >= bridge.cfg.d_vocab:
-            raise NotRun(f"built-in task {task} uses token ids up to {top}; the model's vocabulary has {bridge.cfg.d_vocab}")
+            raise NotRun(
+                f"built-in task {task} uses token ids up to {top}; the model's vocabulary has {bridge.cfg.d_vocab}"
+            )
     else:
         data, dropped, n_rows = load_pairs(task, _model_tokenizer(str(folder), None, bridge), n)
     check_context(bridge, data.clean.shape[1], f"the pairs of {task}", s["model"])
@@ -43,7 +45,11 @@ def _pairs(bridge, folder, s: dict):
 def _per_head(bridge) -> None:
     from selfrepair.own.analyses import NotRun
 
-    missing = [f"blocks.{i}.attn.hook_z" for i in range(bridge.cfg.n_layers) if f"blocks.{i}.attn.hook_z" not in bridge.hook_dict]
+    missing = [
+        f"blocks.{i}.attn.hook_z"
+        for i in range(bridge.cfg.n_layers)
+        if f"blocks.{i}.attn.hook_z" not in bridge.hook_dict
+    ]
     if missing:
         raise NotRun(f"the model has no per-head outputs ({missing[0]} is not a hook of its bridge)")
 
@@ -75,7 +81,9 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
     data = data.to(device)
     for d in dropped:
         log.warning("dropped %s", d)
-    notes = [f"{len(data)} pairs used of {n_rows} usable"] + ([f"{len(dropped)} rows dropped: {dropped[0]}"] if dropped else [])
+    notes = [f"{len(data)} pairs used of {n_rows} usable"] + (
+        [f"{len(dropped)} rows dropped: {dropped[0]}"] if dropped else []
+    )
     if kind == "edges":
         tables, skipped = A.edges(bridge, data, s, circuits_dir)
         notes += skipped
@@ -117,7 +125,15 @@ def run_analysis(kind: str, s: dict, outputs: dict, device: str = "cpu") -> pd.D
         row.update(status="ran", reason=reason)
     except M.WeightsChanged:
         raise
-    except (M.ModelNotFound, M.CorruptCheckpoint, M.NonFiniteWeights, M.ContextTooShort, FileNotFoundError, NoPairs, NotRun) as err:
+    except (
+        M.ModelNotFound,
+        M.CorruptCheckpoint,
+        M.NonFiniteWeights,
+        M.ContextTooShort,
+        FileNotFoundError,
+        NoPairs,
+        NotRun,
+    ) as err:
         row.update(status="not run", reason=str(err))
     except Exception as err:  # one analysis failing costs its row, not the run
         log.exception("analysis %s of %s failed; its status row says so", kind, s["name"])
