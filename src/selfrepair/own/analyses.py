@@ -81,8 +81,8 @@ def shapley(bridge, data, s: dict, hf_model=None) -> dict:
     return {k: out[k] for k in ("shapley", "interactions", "scores", "agreement")}
 
 
-def single_ablation_seed(bridge, data, n_seed: int, mode: str, max_rows: int) -> list[str]:
-    """The ``n_seed`` heads whose single ablation lowers the logit difference most
+def single_ablation_primary(bridge, data, n_primary: int, mode: str, max_rows: int) -> list[str]:
+    """The ``n_primary`` heads whose single ablation lowers the logit difference most
     (ties in head order): COAX's seed set when none is given."""
     from selfrepair.core import components as C
     from selfrepair.core import interventions
@@ -93,14 +93,14 @@ def single_ablation_seed(bridge, data, n_seed: int, mode: str, max_rows: int) ->
     game = AblationGame(bridge, data.clean, logit_diff_metric(data), mode, means, max_rows)
     v = game([[]] + [[h] for h in heads])
     drops = pd.Series({h.name: float(v[0] - v[i + 1]) for i, h in enumerate(heads)})
-    return list(drops.sort_values(ascending=False, kind="stable").index[:n_seed])
+    return list(drops.sort_values(ascending=False, kind="stable").index[:n_primary])
 
 
 def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
     """Paper B's COAX scan of the heads outside the seed set, with every baseline
     (:func:`selfrepair.coax.coax_scores`), on the clean prompts with the logit
     difference as the baselines' metric; the seed set as given, else found by single
-    ablation (:func:`single_ablation_seed`). Returns ({"scores": table}, seed set)."""
+    ablation (:func:`single_ablation_primary`). Returns ({"scores": table}, seed set)."""
     from selfrepair.coax import coax_scores
     from selfrepair.core.components import parse
 
@@ -112,7 +112,7 @@ def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
                 f"seed_set: {h} is no head of this model ({bridge.cfg.n_layers} layers of {bridge.cfg.n_heads} heads)"
             )
     if not seed:
-        seed = single_ablation_seed(bridge, data, int(s["n_seed"]), str(s["mode"]), int(s["max_rows"]))
+        seed = single_ablation_primary(bridge, data, int(s["n_primary"]), str(s["mode"]), int(s["max_rows"]))
     table = coax_scores(
         bridge, data.clean, seed, logit_diff_metric(data), protocol=str(s["protocol"]), top_r=int(s["top_r"]),
         ig_steps=int(s["ig_steps"]), max_rows=int(s["max_rows"]),
