@@ -76,7 +76,7 @@ def texts(where: str, row: dict) -> tuple[str, str, str, str]:
         for k in PLAIN:
             v = row.get(k)
             if not isinstance(v, str) or not v.strip():
-                got = "missing" if v is None else f"{v!r}, not a non-empty string"
+                got = "missing" if v is None or isinstance(v, str) else f"{v!r}, not a string"  # "": an empty cell
                 raise ValueError(f"{where}: field {k!r} is {got} (plain rows hold clean, corrupt, answer, foil)")
         return tuple(row[k] for k in PLAIN)
     name = next(MIB_FIELDS[k] for k in MIB_FIELDS if k in row)
