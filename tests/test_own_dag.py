@@ -223,7 +223,8 @@ def test_status_has_one_row_per_analysis_with_identity_hash_and_reasons(dag):
         long
         == "the pairs of data/long.jsonl are 20 tokens long, longer than models/my-gpt2's context of 16 tokens (n_ctx)"
     )
-    for e in doc + EXTRA:  # every analysis has its benchmark and log
+    for e in doc + EXTRA:  # every analysis has its benchmark and log; edges its figure, ran or not
+        assert (dag / f"results/own/{e['name']}/figures/faithfulness.png").exists() == ("edges" in e["analyses"])
         for a in e["analyses"]:
             assert (dag / f"benchmarks/own/{e['name']}/{a}.tsv").exists() and (
                 dag / f"logs/own/{e['name']}/{a}.log"

@@ -4,6 +4,7 @@
 #   edges:   localization.csv, curves.csv, edges.csv, circuits/{method}.json (MIB format)
 #   shapley: shapley.csv, interactions.csv, scores.csv, agreement.csv
 #   coax:    scores.csv;  g_vs_c: g_vs_c.csv
+# -> results/own/{name}/figures/faithfulness.png (edges)
 # -> results/own/status.csv: one row per analysis, what ran (model identity, dataset hash)
 #    or "not run" and why
 
@@ -85,7 +86,13 @@ for _kind in _own.KINDS:
 
 rule own_status:
     input:
-        own_status_files(),
+        status=own_status_files(),
+        # the figures too, so that the one target results/own/status.csv makes everything
+        figures=[
+            f"{OWN_DIR}/{e['name']}/figures/faithfulness.png"
+            for e in OWN
+            if "edges" in e["analyses"]
+        ],
     output:
         report(
             f"{OWN_DIR}/status.csv",
@@ -103,3 +110,25 @@ rule own_status:
 
 if OWN:
     register("own", [f"{OWN_DIR}/status.csv"])
+
+
+rule own_faithfulness_figure:
+    input:
+        curves=f"{OWN_DIR}/{{name}}/edges/curves.csv",
+        status=f"{OWN_DIR}/{{name}}/edges/status.csv",
+    output:
+        report(
+            f"{OWN_DIR}/{{name}}/figures/faithfulness.png",
+            caption="../report/own_faithfulness.rst",
+            category="Own models",
+            subcategory="{name}",
+        ),
+    log:
+        "logs/own/{name}/faithfulness_figure.log",
+    localrule: True
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        code=code_hash("own/plots"),
+    script:
+        "../../scripts/own_figure.py"
