@@ -179,6 +179,19 @@ def test_config_problems_name_the_entry_and_key():
     )
 
 
+def test_coax_keeps_the_pairs_of_the_most_common_length():
+    from selfrepair.own.analyses import one_length
+    from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+    clean = torch.tensor([[2, 3, 0], [4, 5, 6], [7, 8, 0], [9, 2, 3]])  # lengths 2, 3, 2, 3: a tie, the longest wins
+    data = CounterfactualBatch(clean, clean + 1, torch.arange(4), torch.arange(4) + 4, torch.tensor([1, 2, 1, 2]))
+    got, n = one_length(data)
+    assert n == 3 and got.clean.tolist() == [[4, 5, 6], [9, 2, 3]] and got.foil.tolist() == [5, 7]
+    data.pos[3] = 1  # lengths 2, 3, 2, 2
+    got, n = one_length(data)
+    assert n == 2 and got.clean.tolist() == [[2, 3], [7, 8], [9, 2]] and got.pos.tolist() == [1, 1, 1]
+
+
 def test_a_missing_model_gives_a_not_run_row_and_empty_tables(tmp_path):
     from selfrepair.own.run import run_analysis
 

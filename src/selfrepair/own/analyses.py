@@ -96,11 +96,28 @@ def single_ablation_primary(bridge, data, n_primary: int, mode: str, max_rows: i
     return list(drops.sort_values(ascending=False, kind="stable").index[:n_primary])
 
 
+def one_length(data):
+    """The pairs of the most common prompt length (ties: the longest), cut to it: COAX
+    reads the last position, which a right-padded shorter prompt does not end at.
+    Returns (pairs, length)."""
+    import torch
+
+    from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+    lengths = data.pos + 1
+    values, counts = torch.unique(lengths, return_counts=True)
+    n = int(values[counts == counts.max()].max())
+    keep = lengths == n
+    cut = (data.clean[keep][:, :n], data.corrupt[keep][:, :n], data.answer[keep], data.foil[keep], data.pos[keep])
+    return CounterfactualBatch(*cut), n
+
+
 def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
     """Paper B's COAX scan of the heads outside the seed set, with every baseline
     (:func:`selfrepair.coax.coax_scores`), on the clean prompts with the logit
     difference as the baselines' metric; the seed set as given, else found by single
-    ablation (:func:`single_ablation_primary`). Returns ({"scores": table}, seed set)."""
+    ablation (:func:`single_ablation_primary`); on the pairs of one prompt length
+    (:func:`one_length`). Returns ({"scores": table}, seed set, pairs used)."""
     from selfrepair.coax import coax_scores
     from selfrepair.core.components import parse
 
@@ -111,13 +128,14 @@ def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
             raise NotRun(
                 f"seed_set: {h} is no head of this model ({bridge.cfg.n_layers} layers of {bridge.cfg.n_heads} heads)"
             )
+    data, _ = one_length(data)
     if not seed:
         seed = single_ablation_primary(bridge, data, int(s["n_primary"]), str(s["mode"]), int(s["max_rows"]))
     table = coax_scores(
         bridge, data.clean, seed, logit_diff_metric(data), protocol=str(s["protocol"]), top_r=int(s["top_r"]),
         ig_steps=int(s["ig_steps"]), max_rows=int(s["max_rows"]),
     )  # fmt: skip
-    return {"scores": table.assign(seed_set=" ".join(seed))}, seed
+    return {"scores": table.assign(seed_set=" ".join(seed))}, seed, data
 
 
 def g_vs_c(model, s: dict) -> dict:

@@ -98,7 +98,9 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
         hf = M.load_hf(folder, device) if _model_type(folder) == "gpt2" else None
         tables = A.shapley(bridge, data, s, hf_model=hf)
     elif kind == "coax":
-        tables, seed = A.coax(bridge, data, s)
+        tables, seed, used = A.coax(bridge, data, s)
+        if len(used) < len(data):
+            notes.append(f"COAX on the {len(used)} pairs of {used.clean.shape[1]} tokens (it reads the last position)")
         notes.append(f"seed set {' '.join(seed)}" + ("" if s.get("seed_set") else " (by single ablation)"))
     else:
         raise ValueError(f"unknown analysis {kind!r}")
