@@ -38,6 +38,10 @@ OWN_CODE = code_hash(
     "coax/score",
     "coax/baselines",
     "heroes/scores",
+    "heroes/__init__",  # gradient_importance
+    "heroes/spread",
+    "coax/__init__",  # coax_scores
+    "gim/__init__",  # edge_table, write_circuit
 )
 OWN_CAPTIONS = {
     "edges": "localization",
