@@ -32,6 +32,7 @@ include: "workflow/rules/coax.smk"
 include: "workflow/rules/gim.smk"
 include: "workflow/rules/groundtruth.smk"
 include: "workflow/rules/published.smk"
+include: "workflow/rules/own.smk"
 
 
 rule all:

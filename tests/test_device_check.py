@@ -542,6 +542,51 @@ def test_coax_training_on_cuda(cuda):
         )
 
 
+# ------------------------------------------------------------- own models -------
+OWN_SETTINGS = {
+    "search_paths": [], "n_eval": 4, "data_seed": 0, "mode": "mean", "n_primary": 2, "protocol": "v2",
+    "methods": ["eap", "gim", "eactp", "ifr"], "batch_size": 4, "fractions": [0.1, 0.5, 1.0], "ig_steps": 2,
+    "weighting": "example", "tie_orders": 2, "eactp_max_edges": 5000, "circuit_fraction": 0.2, "top_k": 3,
+    "single_frac": 0.1, "top_r": 192, "max_rows": 2048, "length": 3, "n_batches": 2, "role_threshold": 2,
+    "settings": {"exact_max_players": 12, "max_permutations": 64, "min_pairs": 32, "n_primary": 2, "ig_steps": 2},
+}  # fmt: skip
+
+
+def test_own_analyses_on_cuda(cuda, tmp_path):
+    """own_edges, own_shapley, own_coax, own_g_vs_c (selfrepair.own.run.run_analysis, a
+    dataset file's pairs moved as the rule moves them): every table equal to the CPU's."""
+    import json
+
+    from selfrepair.core.models import build_gpt2_toy, gpt2_toy_config, save_model
+    from selfrepair.own.entries import TABLES
+    from selfrepair.own.run import run_analysis
+    from selfrepair.tasks import sequences as S
+    from tiny_models import save_toy_gpt2
+
+    save_toy_gpt2(tmp_path / "gpt2", vocab_size=20, n_ctx=16)
+    save_model(build_gpt2_toy(gpt2_toy_config(S.VOCAB, n_layers=1, n_heads=2, d_model=16, d_mlp=32)), tmp_path / "sort")
+    rows = [{"clean": f"t{a} t{b} t{a}", "corrupt": f"t{b} t{b} t{a}", "answer": f"t{b}", "foil": f"t{a}"} for a, b in
+            [(2, 3), (4, 5), (6, 7), (8, 9)]]  # fmt: skip
+    (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+
+    def run(kind, device):
+        out = tmp_path / device / kind
+        out.mkdir(parents=True)
+        files = {t: out / f"{t}.csv" for t in (*TABLES[kind], "status")} | {"circuits": out / "circuits"}
+        model, task = ("sort", "sort") if kind == "g_vs_c" else ("gpt2", str(tmp_path / "pairs.jsonl"))
+        s = {**OWN_SETTINGS, "name": kind, "model": str(tmp_path / model), "task": task}
+        status = run_analysis(kind, s, files, device).iloc[0]
+        assert status["status"] == "ran", (device, status["reason"])
+        return {f.name: f.read_text() for f in sorted(out.rglob("*.*")) if f.name != "status.csv"}
+
+    for kind in TABLES:
+        ec.uninstall()
+        host = run(kind, "cpu")
+        ec.install()
+        dev = run(kind, "cuda")
+        assert host and dev == host, kind
+
+
 # ------------------------------------------------------------- coverage -----------
 # Every rule with a script (workflow/rules/*.smk), the compute rules mapped to the tests
 # above that run their library entry points on the emulated device, the others to why
@@ -575,6 +620,7 @@ RULES = {
     "groundtruth_heroes": ("test_groundtruth_on_cuda",),
     "groundtruth_ioi": ("test_groundtruth_on_cuda",),
     "groundtruth_gim": ("test_groundtruth_on_cuda",),
+    "own_{_kind}": ("test_own_analyses_on_cuda",),
     "coax_synthetic": "no model: paper B's planted-backup benchmark is numpy only (coax.score.synthetic_benchmark)",
     **{
         r: NO_MODEL
@@ -598,6 +644,8 @@ RULES = {
             "groundtruth_tables",
             "groundtruth_figures",
             "published_summary",
+            "own_status",
+            "own_faithfulness_figure",
         )
     },  # fmt: skip
 }

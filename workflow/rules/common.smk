@@ -172,7 +172,7 @@ def register(paper, files):
 
 def all_targets():
     out = []
-    for p in PAPERS + ["groundtruth"]:
+    for p in PAPERS + ["groundtruth", "own"]:
         out.extend(TARGETS.get(p, []))
     out.append("results/published/summary.csv")
     return out
@@ -293,3 +293,47 @@ def gt_out(prefixes):
         for p in prefixes
         for f in [f"{t}.csv" for t in GT_FILES] + ["info.json"]
     ]
+
+
+# ---- Own models (own.smk defines OWN, OWN_BY_NAME, OWN_DIR, OWN_CAPTIONS; GIM, GT, COAX) ----
+
+
+def own_settings(name, kind):
+    """An entry's settings for one analysis: its own keys, then the papers' sections'."""
+    s = dict(OWN_BY_NAME[name])
+    s.setdefault("methods", list(GIM["methods"]))
+    s.setdefault("batch_size", 16 if kind == "g_vs_c" else 32)
+    s.update(
+        fractions=list(GIM["fractions"]),
+        ig_steps=GIM["ig_steps"],
+        weighting="example",  # every pair weighs alike, whatever the batches
+        tie_orders=GIM["ifr_tie_orders"],
+        eactp_max_edges=GIM["eactp_max_edges"],
+        circuit_fraction=GIM["circuit_fraction"],
+        settings=dict(GT_SETTINGS),
+        top_k=GT["top_k"],
+        single_frac=GT["hidden_single_frac"],
+        top_r=COAX["top_r"],
+        max_rows=COAX["max_rows"],
+        role_threshold=config["heroes"]["roles"]["threshold"],
+    )
+    return s
+
+
+def own_outputs(kind):
+    out = {t: f"{OWN_DIR}/{{name}}/{kind}/{t}.csv" for t in _own.TABLES[kind]}
+    shown = OWN_CAPTIONS[kind]
+    out[shown] = report(
+        out[shown],
+        caption=f"../report/own_{kind}.rst",
+        category="Own models",
+        subcategory="{name}",
+    )
+    if kind == "edges":
+        out["circuits"] = directory(f"{OWN_DIR}/{{name}}/edges/circuits")
+    out["status"] = f"{OWN_DIR}/{{name}}/{kind}/status.csv"
+    return out
+
+
+def own_status_files():
+    return [f"{OWN_DIR}/{e['name']}/{k}/status.csv" for e in OWN for k in e["analyses"]]

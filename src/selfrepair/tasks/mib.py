@@ -64,13 +64,15 @@ class DatasetRowError(ValueError):
     form; the message names the file, the row and the field."""
 
 
+SUFFIXES = (".parquet", ".jsonl", ".json")  # a dataset's files
 ROW_FILE, ROW_INDEX = "_mib_file", "_mib_row"  # where each row of read_rows came from
 
 
 def read_rows(folder: Path, split: str | None = None) -> pd.DataFrame:
-    """Every row of the dataset's files (of ``split`` where the file names say), with the
+    """Every row of the dataset's files (``folder`` may be one file; of ``split`` where the file names say), with the
     file and the row's index in it in columns ROW_FILE and ROW_INDEX."""
-    files = sorted([p for p in Path(folder).rglob("*") if p.suffix in (".parquet", ".jsonl", ".json")])
+    folder = Path(folder)
+    files = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES)
     if split:
         chosen = [p for p in files if split in p.name or split in p.parent.name]
         files = chosen or files
@@ -220,17 +222,37 @@ def load(
     texts = [answers(name, row) for _, row in rows.iterrows()]  # every row's fields checked before any is used
     pairs = []
     for clean, corrupt, ans, foil in texts:
-        c = tokenizer(clean, add_special_tokens=True)["input_ids"]
-        r = tokenizer(corrupt, add_special_tokens=True)["input_ids"]
-        a = tokenizer(" " + ans.strip(), add_special_tokens=False)["input_ids"]
-        f = tokenizer(" " + foil.strip(), add_special_tokens=False)["input_ids"]
-        if len(c) != len(r) or not a or not f or a[0] == f[0]:
+        ids = pair_ids(tokenizer, clean, corrupt, ans, foil)
+        if isinstance(ids, str):
             continue
-        pairs.append((c, r, a[0], f[0]))
+        pairs.append(ids)
         if len(pairs) >= n:
             break
     if not pairs:
         raise ValueError(f"MIB dataset {name!r}: no usable (aligned) pairs")
+    return pairs_batch(pairs, tokenizer)
+
+
+def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
+    """(clean ids, corrupt ids, answer id, foil id) of one pair by MIB's convention (the
+    answers with a leading space, their first token), or why the pair cannot be used (a
+    string): prompts of different token lengths, an empty answer, answer and foil alike."""
+    c = tokenizer(clean, add_special_tokens=True)["input_ids"]
+    r = tokenizer(corrupt, add_special_tokens=True)["input_ids"]
+    a = tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"]
+    f = tokenizer(" " + foil.strip(), add_special_tokens=False)["input_ids"]
+    if len(c) != len(r):
+        return f"clean and corrupt prompts are {len(c)} and {len(r)} tokens long (edge patching needs equal lengths)"
+    if not a or not f:
+        return "the answer or the foil is no token"
+    if a[0] == f[0]:
+        return "the answer and the foil begin with the same token"
+    return c, r, a[0], f[0]
+
+
+def pairs_batch(pairs, tokenizer) -> CounterfactualBatch:
+    """The pairs of :func:`pair_ids`, right-padded to the longest; logits read at each
+    prompt's last token."""
     T = max(len(p[0]) for p in pairs)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     clean = torch.full((len(pairs), T), pad)

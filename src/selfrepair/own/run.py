@@ -1,0 +1,148 @@
+"""One analysis of one ``own:`` entry, from the model's name to its files: the model
+found offline and identity-checked, the data read (a malformed row costs that row), the
+analysis run (:mod:`selfrepair.own.analyses`), its tables written, and one status row
+saying what ran (model identity, dataset hash, the rows dropped) or why it did not.
+
+Whatever cannot be analysed (a model or dataset that is not on this machine, a model
+without per-head outputs, pairs longer than the model's context, a dataset without one
+usable row) gives a "not run" row with the reason, and empty tables; the job succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from selfrepair.own.entries import STATUS_COLUMNS, TABLES, dataset_sha256, task_kind
+
+log = logging.getLogger(__name__)
+
+
+def _pairs(bridge, folder, s: dict):
+    """(CounterfactualBatch, dropped rows, usable pairs) of the entry's task for this model."""
+    from selfrepair.core.models import check_context
+    from selfrepair.gim.localization import _model_tokenizer
+    from selfrepair.own.analyses import NotRun
+    from selfrepair.own.data import load_pairs
+    from selfrepair.tasks.registry import get_task
+
+    task, n = s["task"], int(s["n_eval"])
+    if task_kind(task) == "counterfactual":
+        data, dropped, n_rows = get_task(task).sample(n, seed=int(s["data_seed"])), [], n
+        top = int(max(t.max() for t in (data.clean, data.corrupt, data.answer, data.foil)))
+        if top >= bridge.cfg.d_vocab:
+            raise NotRun(
+                f"built-in task {task} uses token ids up to {top}; the model's vocabulary has {bridge.cfg.d_vocab}"
+            )
+    else:
+        data, dropped, n_rows = load_pairs(task, _model_tokenizer(str(folder), None, bridge), n)
+    check_context(bridge, data.clean.shape[1], f"the pairs of {task}", s["model"])
+    return data, dropped, n_rows
+
+
+def _per_head(bridge) -> None:
+    from selfrepair.own.analyses import NotRun
+
+    missing = [
+        f"blocks.{i}.attn.hook_z"
+        for i in range(bridge.cfg.n_layers)
+        if f"blocks.{i}.attn.hook_z" not in bridge.hook_dict
+    ]
+    if missing:
+        raise NotRun(f"the model has no per-head outputs ({missing[0]} is not a hook of its bridge)")
+
+
+def _model_type(folder) -> str:
+    import json
+
+    return str(json.loads((Path(folder) / "config.json").read_text()).get("model_type", ""))
+
+
+def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[dict, str]:
+    """(tables, what ran) of analysis ``kind`` of entry settings ``s``; the model's folder
+    and identity go into ``row`` as soon as it is found."""
+    from selfrepair.core import models as M
+    from selfrepair.own import analyses as A
+
+    folder = M.resolve_local(s["model"], list(s.get("search_paths") or []))
+    row.update(folder=str(folder), identity=M.model_identity(folder))
+    log.info("model %s: folder %s, identity %s", s["model"], folder, row["identity"])
+    if kind == "g_vs_c":
+        M.check_finite(folder)
+        model = M.load_hf(folder, device)
+        if type(model).__name__ != "GPT2LMHeadModel":
+            raise A.NotRun(f"paper A's G and C run on a Hugging Face GPT-2; this model is a {type(model).__name__}")
+        return A.g_vs_c(model.eval(), s), f"{s['n_eval']} sequences of {s['task']} of length {s['length']}"
+    bridge = M.load_bridge(folder, device)
+    _per_head(bridge)
+    data, dropped, n_rows = _pairs(bridge, folder, s)
+    data = data.to(device)
+    for d in dropped:
+        log.warning("dropped %s", d)
+    notes = [f"{len(data)} pairs used of {n_rows} usable"] + (
+        [f"{len(dropped)} rows dropped: {dropped[0]}"] if dropped else []
+    )
+    if kind == "edges":
+        tables, skipped = A.edges(bridge, data, s, circuits_dir)
+        notes += skipped
+    elif kind == "shapley":
+        kv = getattr(bridge.cfg, "n_key_value_heads", None)
+        if kv and kv < bridge.cfg.n_heads:
+            raise A.NotRun(
+                f"grouped-query attention ({kv} key/value heads for {bridge.cfg.n_heads} heads): the ground truth's "
+                "gradient-norm method (core.attribution) takes one value head per head"
+            )
+        # a GPT-2's games run on paper A's ablation engine, as rules groundtruth_* run them
+        hf = M.load_hf(folder, device) if _model_type(folder) == "gpt2" else None
+        tables = A.shapley(bridge, data, s, hf_model=hf)
+    elif kind == "coax":
+        tables, seed, used = A.coax(bridge, data, s)
+        if len(used) < len(data):
+            notes.append(f"COAX on the {len(used)} pairs of {used.clean.shape[1]} tokens (it reads the last position)")
+        notes.append(f"seed set {' '.join(seed)}" + ("" if s.get("seed_set") else " (by single ablation)"))
+    else:
+        raise ValueError(f"unknown analysis {kind!r}")
+    return tables, "; ".join(notes)
+
+
+def run_analysis(kind: str, s: dict, outputs: dict, device: str = "cpu") -> pd.DataFrame:
+    """Run analysis ``kind`` of entry settings ``s`` and write ``outputs`` (table name ->
+    path; ``circuits`` a folder; ``status`` the status row). Returns the status row."""
+    from selfrepair.core import models as M
+    from selfrepair.own.analyses import NotRun
+    from selfrepair.own.data import NoPairs
+
+    if kind not in TABLES:
+        raise ValueError(f"unknown analysis {kind!r}; one of {', '.join(TABLES)}")
+    circuits = outputs.get("circuits")
+    if circuits:
+        Path(circuits).mkdir(parents=True, exist_ok=True)
+    row = {"name": s["name"], "analysis": kind, "model": s["model"], "task": s["task"], "folder": "", "identity": ""}
+    row["dataset_sha256"] = dataset_sha256(s["task"])
+    tables = {}
+    try:
+        tables, reason = compute(kind, s, device, circuits, row)
+        row.update(status="ran", reason=reason)
+    except M.WeightsChanged:
+        raise
+    except (
+        M.ModelNotFound,
+        M.CorruptCheckpoint,
+        M.NonFiniteWeights,
+        M.ContextTooShort,
+        FileNotFoundError,
+        NoPairs,
+        NotRun,
+    ) as err:
+        row.update(status="not run", reason=str(err))
+    except Exception as err:  # one analysis failing costs its row, not the run
+        log.exception("analysis %s of %s failed; its status row says so", kind, s["name"])
+        row.update(status="not run", reason=f"failed: {type(err).__name__}: {err}")
+    for name in TABLES[kind]:
+        tables.get(name, pd.DataFrame()).to_csv(outputs[name], index=False)
+    status = pd.DataFrame([row], columns=STATUS_COLUMNS)
+    status.to_csv(outputs["status"], index=False)
+    log.info("%s", status.iloc[0].to_dict())
+    return status
