@@ -146,9 +146,9 @@ def declared_options(script: Path) -> set[str]:
 
 def documented_benchmark_commands() -> list[tuple[str, str, list[str]]]:
     """(where, script, words after it) of every benchmark command in a code span of
-    README.md or docs/*.md (over line breaks) and in the Makefile's recipes."""
+    README.md or any page under docs/ (over line breaks) and in the Makefile's recipes."""
     found = []
-    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "Makefile"]
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "Makefile"]
     for doc in sources:
         text = doc.read_text()
         fenced = re.findall(r"^\s*```[^\n]*\n(.*?)^\s*```", text, re.M | re.S)
