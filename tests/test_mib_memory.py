@@ -118,11 +118,14 @@ def test_plan_components_by_hand():
     per_layer = 2 * 8 * 16 + 8 * 4 + 3 * 4 * 5 + 4 * (4 + 16) + 4 * 16 + 4 * 32  # = 620
     assert p["autograd"] == bt * (2 * per_layer * 2 + 10 * (2 + 4))
     assert p["scores"] == 3 * 11 * 27 * 4
-    assert p["total"] == sum(v for k, v in p.items() if k != "total")
+    assert p["loading"] == 0 and p["total"] == sum(v for k, v in p.items() if k != "total")
     ig = memory.plan(s, "eap-ig", 3, 5, "bfloat16", "cuda")
     assert ig["gradients"] == 2 * p["gradients"]
     cpu = memory.plan(s, "eap", 3, 5, "float32", "cpu", resident_embedding=False)
     assert cpu["weights"] == (4928 - 160) * 4 and cpu["runtime"] == memory.RUNTIME_CPU
+    # the check of the checkpoint: the runtime, the file (float32), the largest tensor (16 x 32) and its mask
+    assert cpu["loading"] == memory.RUNTIME_CPU + 4928 * 4 + 512 * 5
+    assert cpu["total"] == max(cpu["loading"], sum(v for k, v in cpu.items() if k not in ("total", "loading")))
 
 
 def test_batch_choices_and_the_fitting_batch():
@@ -198,3 +201,42 @@ def test_a_job_that_cannot_fit_is_refused_at_its_start_with_its_numbers(tiny, mo
                            batch_size="auto", memory_gb=0.01)  # fmt: skip
     assert list(status.status) == ["not run"] * 2 and status.reason.str.startswith("does not fit").all()
     assert (status.dtype == "float32").all() and (status.folder == paths["qwen2"]).all()
+
+
+def test_the_plan_holds_against_the_measured_peaks():
+    """results/mib_memory.csv (benchmarks/mib_memory.py --measure: one fresh process per
+    MIB job on the CPU stand-ins, ru_maxrss): each row's plan, worked out again here
+    from the stand-in's configuration, is within 25% of the measured peak RSS."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location("mib_memory", root / "benchmarks/mib_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = pd.read_csv(root / "results/mib_memory.csv")
+    assert set(bench.MODELS) <= set(rows.model)  # GPT-2 small, Qwen2.5-0.5B, Gemma-2-2B, Llama-3.1-8B
+    for r in rows.itertuples():
+        shape = bench.shape_of(r.model, int(r.layers_built))
+        p = memory.plan(shape, r.method, int(r.batch), int(r.positions), "float32", "cpu", False, "float32")
+        assert abs(p["total"] / 1e9 - r.planned_gb) < 1e-3, r
+        assert r.status == "ran" and abs(p["total"] / 1e9 / r.peak_rss_gb - 1) <= bench.TOLERANCE, r
+
+
+def test_the_needs_table_of_the_docs_is_the_plans():
+    """docs/MIB.md's table of needs per model and method is what
+    ``benchmarks/mib_memory.py --table --positions 32`` prints."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location("mib_memory", root / "benchmarks/mib_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    doc = (root / "docs/MIB.md").read_text()
+    assert "`benchmarks/mib_memory.py --table --positions 32`" in doc
+    table = re.search(r"<!-- needs-table -->\n(.*?)\n<!-- /needs-table -->", doc, re.S).group(1)
+    assert table.strip() == bench.needs_table(32).to_markdown(index=False).strip()

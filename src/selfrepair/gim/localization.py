@@ -217,7 +217,9 @@ def _prepare(model: str, device: str, search_paths, dtype: str, budget: float):
         where.update(folder=str(folder), identity=M.model_identity(folder), dtype=name)
         shape = memory.Shape.from_config(config) if config.get("model_type") in precision.MIB_DTYPES else None
         if shape is not None:
-            need = memory.plan(shape, "eap", 1, 1, name, device, _resident_embedding(config, name, device))
+            need = memory.plan(
+                shape, "eap", 1, 1, name, device, _resident_embedding(config, name, device), _saved(config)
+            )
             if need["total"] > budget * (1 - memory.MARGIN):
                 raise memory.DoesNotFit(memory.refusal(model, need, budget, 1, name))
         bridge = M.load_bridge(folder, device, dtype=precision.torch_dtype(name))
@@ -231,8 +233,13 @@ def _resident_embedding(config: dict, dtype: str, device: str) -> bool:
     """Whether the input embedding is resident in full: on a GPU, or when loading
     converts the checkpoint's dtype; on the CPU a checkpoint read in its own dtype stays
     mapped from the file and only the rows read count (:mod:`selfrepair.gim.memory`)."""
+    return str(device).startswith("cuda") or _saved(config) != dtype
+
+
+def _saved(config: dict) -> str:
+    """The dtype the checkpoint's ``config.json`` says its tensors are saved in."""
     saved = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
-    return str(device).startswith("cuda") or saved != dtype
+    return saved if saved in ("float32", "bfloat16") else "float32"
 
 
 def _pair_plan(model, shape, config, methods, data, dtype, device, batch_size, weighting, budget):
@@ -249,7 +256,9 @@ def _pair_plan(model, shape, config, methods, data, dtype, device, batch_size, w
     resident = _resident_embedding(config, dtype, device)
 
     def plan_of(b):
-        plans = [memory.plan(shape, m, b, data.clean.shape[1], dtype, device, resident) for m in methods]
+        plans = [
+            memory.plan(shape, m, b, data.clean.shape[1], dtype, device, resident, _saved(config)) for m in methods
+        ]
         return max(plans, key=lambda p: p["total"])
 
     batch = memory.fitting_batch(plan_of, budget, choices)

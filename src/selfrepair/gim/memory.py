@@ -19,7 +19,13 @@ Every component is a count of tensor elements times their size, after the buffer
 - ``autograd``: what backward holds of one forward: per layer the split q/k/v inputs and
   their norms, q/k/v, the attention scores and pattern, the per-head results, the MLP's
   hidden states, and the logits with their float32 log-softmax;
-- ``scores``: the float32 [n_forward, n_backward] sums and their copies.
+- ``scores``: the float32 [n_forward, n_backward] sums and their copies;
+- ``loading`` (CPU only, a phase of its own): the checkpoint's check for NaN and inf
+  before loading (:func:`models.check_finite`) maps the whole file and copies one tensor
+  at a time with its boolean mask: the runtime, the file, and 1.25 times (float32) the
+  largest tensor.
+
+``total`` is the larger of the run (every component but ``loading``) and ``loading``.
 """
 
 from __future__ import annotations
@@ -88,6 +94,11 @@ class Shape:
         return self.d_vocab * self.d_model
 
     @property
+    def largest(self) -> int:
+        """Elements of the largest weight tensor (the embedding, or an MLP matrix)."""
+        return max(self.embedding, self.d_model * self.d_mlp)
+
+    @property
     def n_params(self) -> int:
         d, q, kv = self.d_model, self.n_heads * self.d_head, self.n_kv_heads * self.d_head
         attn = d * (q + 2 * kv) + q * d
@@ -97,9 +108,10 @@ class Shape:
 
 
 def plan(shape: Shape, method: str, batch: int, positions: int, dtype: str, device: str = "cuda",
-         resident_embedding: bool = True) -> dict:  # fmt: skip
+         resident_embedding: bool = True, saved: str = "float32") -> dict:  # fmt: skip
     """Peak bytes per component (module docstring) and ``total`` of one MIB method at
-    ``batch`` examples of ``positions`` tokens in ``dtype`` (a :data:`BYTES` name)."""
+    ``batch`` examples of ``positions`` tokens in ``dtype`` (a :data:`BYTES` name), the
+    checkpoint's tensors being ``saved`` in that dtype."""
     s, bt, L, d = BYTES[dtype], batch * positions, shape.n_layers, shape.d_model
     cpu = not str(device).startswith("cuda")
     weights = shape.n_params - (0 if resident_embedding or shape.tied else shape.embedding)
@@ -120,13 +132,16 @@ def plan(shape: Shape, method: str, batch: int, positions: int, dtype: str, devi
         "scores": 3 * shape.n_forward * shape.n_backward * 4,
     }
     out = {k: float(v) for k, v in out.items()}
-    out["total"] = sum(out.values())
+    run = sum(out.values())
+    f = BYTES[saved]
+    out["loading"] = float(RUNTIME_CPU + shape.n_params * f + shape.largest * (f + 1)) if cpu else 0.0
+    out["total"] = max(run, out["loading"])
     return out
 
 
 def describe(p: dict) -> str:
     """One line of a plan in GB, e.g. for a log and a status row."""
-    parts = [f"{k} {v / GB:.2f}" for k, v in p.items() if k != "total"]
+    parts = [f"{k} {v / GB:.2f}" for k, v in p.items() if k != "total" and (v or k != "loading")]
     return f"planned {p['total'] / GB:.2f} GB (" + ", ".join(parts) + ")"
 
 
