@@ -5,7 +5,7 @@ needs per model and MIB method.
 ``real_size.py`` (``--max-heads`` caps its layers), one MIB job per method in a fresh
 process (``run_mib`` on the stand-in IOI dataset, float32 on the CPU, ``--n`` pairs in one
 batch), its peak resident memory (``ru_maxrss``, the true peak of the process) beside
-the plan's total. Rows go to ``results/mib_memory.csv`` (rows of other models and methods
+the plan's total. Rows go to ``benchmarks/mib_memory.csv`` (rows of other models and methods
 are kept)::
 
     python benchmarks/mib_memory.py --measure --models gpt2 --methods eap --n 8
@@ -16,7 +16,8 @@ batch 1 and 20 and which GPU sizes hold it (docs/MIB.md's table)::
     python benchmarks/mib_memory.py --table --positions 32
 
 ``--precision``: how far bfloat16 moves CPR and CMD from float32 on each stand-in named
-(``run_mib`` in both dtypes, same pairs); rows to ``results/mib_precision.csv``.
+(``run_mib`` in both dtypes, same pairs); rows to ``benchmarks/mib_precision.csv`` (other
+models' rows kept).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-OUT = ROOT / "results" / "mib_memory.csv"
+OUT = ROOT / "benchmarks" / "mib_memory.csv"
 MODELS = ["gpt2", "Qwen/Qwen2.5-0.5B", "google/gemma-2-2b", "meta-llama/Llama-3.1-8B"]
 METHODS = ["eap", "eap-ig", "gim", "relp", "eap-gp", "ifr"]
 MODEL_TYPE = {"GPT2Config": "gpt2", "Qwen2Config": "qwen2", "Gemma2Config": "gemma2", "LlamaConfig": "llama"}
@@ -179,8 +180,9 @@ def main(argv=None):
         pd.concat([old[keep], new]).to_csv(out, index=False)
         print(f"wrote {out}")
     if args.precision:
-        out = OUT.with_name("mib_precision.csv")
-        pd.DataFrame(precision_rows(args)).to_csv(out, index=False)
+        out, new = OUT.with_name("mib_precision.csv"), pd.DataFrame(precision_rows(args))
+        old = pd.read_csv(out) if out.exists() else new.iloc[:0]
+        pd.concat([old[~old.model.isin(new.model)], new]).to_csv(out, index=False)  # other models' rows kept
         print(f"wrote {out}")
 
 
