@@ -5,8 +5,8 @@ needs per model and MIB method.
 ``real_size.py`` (``--max-heads`` caps its layers), one MIB job per method in a fresh
 process (``run_mib`` on the stand-in IOI dataset, float32 on the CPU, ``--n`` pairs in one
 batch), its peak resident memory (``ru_maxrss``, the true peak of the process) beside
-the plan's total. Rows go to ``benchmarks/mib_memory.csv`` (rows of other models and methods
-are kept)::
+the plan's total. Rows go to ``benchmarks/mib_memory.csv`` (rows of other models, methods
+and sizes are kept)::
 
     python benchmarks/mib_memory.py --measure --models gpt2 --methods eap --n 8
 
@@ -176,7 +176,7 @@ def main(argv=None):
         new = pd.DataFrame(measure(args))
         out = Path(args.out)
         old = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=new.columns)
-        keep = ~old.set_index(["model", "method"]).index.isin(new.set_index(["model", "method"]).index)
+        keep = ~old.set_index(["model", "method", "n"]).index.isin(new.set_index(["model", "method", "n"]).index)
         pd.concat([old[keep], new]).to_csv(out, index=False)
         print(f"wrote {out}")
     if args.precision:
