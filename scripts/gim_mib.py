@@ -14,13 +14,15 @@ status, table, curves = run_mib(
     list(p.methods),
     int(p.n_eval),
     list(p.search_paths),
-    int(p.batch_size),
+    p.batch_size if p.batch_size == "auto" else int(p.batch_size),
     int(p.ig_steps),
     tuple(p.fractions),
     device,
     int(p.eactp_max_edges),
     weighting=str(p.weighting),
     tie_orders=int(p.tie_orders),
+    dtype=str(p.dtype),
+    memory_gb=None if p.memory_gb is None else float(p.memory_gb),
 )
 status.to_csv(smk.output.status, index=False)
 table.to_csv(smk.output.table, index=False)

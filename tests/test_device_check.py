@@ -295,7 +295,8 @@ def test_mib_every_method_on_cuda(cuda, mib_stand_in):
 
     paths, data = mib_stand_in
     models = [paths["gpt2"], paths["llama"]]
-    kw = dict(n_eval=4, search_paths=[data], batch_size=4, ig_steps=2, fractions=(0.5, 1.0))
+    # a set budget: the emulated device has no free memory to ask torch.cuda for
+    kw = dict(n_eval=4, search_paths=[data], batch_size=4, ig_steps=2, fractions=(0.5, 1.0), memory_gb=64.0)
     ec.uninstall()
     _, host, _ = run_mib(models, ["ioi"], METHODS, device="cpu", **kw)
     ec.install()

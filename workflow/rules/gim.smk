@@ -55,7 +55,7 @@ if GIM["weighting"] == "mib":
             GIM["mib"]["batch_size"],
         ),
     ):
-        if _nv % _bv:
+        if _bv != "auto" and _nv % _bv:
             _problems.append(
                 f"{_b} ({_bv}) does not divide {_n} ({_nv}): under gim.weighting mib (MIB's "
                 "batch weighting) every batch must be full; choose a divisor, or set "
@@ -454,6 +454,8 @@ rule gim_mib:
         ),
         n_eval=GIM["mib"]["n_eval"],
         batch_size=GIM["mib"]["batch_size"],
+        dtype=GIM["mib"]["dtype"],
+        memory_gb=GIM["mib"]["memory_gb"],
         weighting=GIM["weighting"],
         methods=GIM["methods"],
         eactp_max_edges=GIM["eactp_max_edges"],
@@ -462,6 +464,13 @@ rule gim_mib:
         tie_orders=GIM["ifr_tie_orders"],
         device=DEVICE,
         numerics=NUMERICS,
-        code=code_hash(*G_CODE, "tasks/mib", "core/models", "core/model_files"),
+        code=code_hash(
+            *G_CODE,
+            "tasks/mib",
+            "core/models",
+            "core/model_files",
+            "gim/memory",
+            "gim/precision",
+        ),
     script:
         "../../scripts/gim_mib.py"

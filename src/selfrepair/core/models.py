@@ -151,10 +151,10 @@ def save_model(model, folder: str | Path, meta: dict | None = None, tokenizer=No
     runtime.write_json(folder / "selfrepair.json", {**(meta or {}), FILES_KEY: hashes})
 
 
-def load_hf(folder: str | Path, device: str = "cpu"):
+def load_hf(folder: str | Path, device: str = "cpu", dtype=None):
     """The Hugging Face model saved in ``folder``, with clear errors when absent or broken
     (ModelNotFound, CorruptCheckpoint), holding NaN/inf weights (NonFiniteWeights), or
-    edited since ``save_model`` wrote them (WeightsChanged; hashed once per load)."""
+    edited since ``save_model`` wrote them (WeightsChanged; hashed once per load); in ``dtype`` if given."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(folder)
@@ -163,7 +163,9 @@ def load_hf(folder: str | Path, device: str = "cpu"):
     check_unchanged(folder)
     check_provenance(folder)
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            folder, local_files_only=True, output_loading_info=True, dtype=dtype
+        )
     except Exception as err:  # safetensors raises several types for a damaged file
         raise CorruptCheckpoint(f"cannot load the checkpoint in {folder}: {err}") from err
     check_fits(folder, model, info)
@@ -187,15 +189,15 @@ def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> P
     return found
 
 
-def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None):
-    """Boot a local model through ``TransformerBridge.boot_transformers``, offline."""
+def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None, dtype=None):
+    """Boot a local model through ``TransformerBridge.boot_transformers``, offline (in ``dtype`` if given)."""
     from transformer_lens.model_bridge import TransformerBridge
 
     folder = resolve_local(str(folder_or_name), search_paths)
     _check_folder(folder)
-    hf = load_hf(folder, device)
+    hf = load_hf(folder, device, dtype)
     try:
-        bridge = TransformerBridge.boot_transformers(str(folder), device=device, hf_model=hf)
+        bridge = TransformerBridge.boot_transformers(str(folder), device=device, hf_model=hf, dtype=hf.dtype)
     except Exception as err:
         raise CorruptCheckpoint(f"TransformerBridge cannot boot {folder}: {err}") from err
     bridge.eval()

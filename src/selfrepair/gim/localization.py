@@ -197,7 +197,132 @@ def _model_tokenizer(model: str, search_paths, bridge):
     return bridge.tokenizer
 
 
-MIB_STATUS_COLUMNS = ["model", "dataset", "status", "reason", "folder", "identity"]
+MIB_STATUS_COLUMNS = ["model", "dataset", "status", "reason", "folder", "identity", "dtype", "batch_size", "plan"]
+
+
+def _prepare(model: str, device: str, search_paths, dtype: str, budget: float):
+    """(bridge, tokenizer, where, shape, dtype name) of one MIB model in its precision
+    (:func:`precision.resolve`); DoesNotFit before loading when its weights alone pass
+    the budget (``where``'s folder, identity and dtype are filled as they become known)."""
+    import json
+
+    from selfrepair.core import models as M
+    from selfrepair.gim import memory, precision
+
+    where = {"folder": "", "identity": "", "dtype": ""}
+    try:
+        folder = M.resolve_local(model, search_paths)
+        config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+        name = precision.resolve(dtype, config.get("model_type", ""), device)
+        where.update(folder=str(folder), identity=M.model_identity(folder), dtype=name)
+        shape = memory.Shape.from_config(config) if config.get("model_type") in precision.MIB_DTYPES else None
+        if shape is not None:
+            need = memory.plan(
+                shape, "eap", 1, 1, name, device, _resident_embedding(config, name, device), _saved(config)
+            )
+            if need["total"] > budget * (1 - memory.MARGIN):
+                raise memory.DoesNotFit(memory.refusal(model, need, budget, 1, name))
+        bridge = M.load_bridge(folder, device, dtype=precision.torch_dtype(name))
+    except Exception as err:
+        err.where = where  # the status rows name what was found before the failure
+        raise
+    return bridge, _model_tokenizer(model, search_paths, bridge), where, shape, config
+
+
+def _resident_embedding(config: dict, dtype: str, device: str) -> bool:
+    """Whether the input embedding is resident in full: on a GPU, or when loading
+    converts the checkpoint's dtype; on the CPU a checkpoint read in its own dtype stays
+    mapped from the file and only the rows read count (:mod:`selfrepair.gim.memory`)."""
+    return str(device).startswith("cuda") or _saved(config) != dtype
+
+
+def _saved(config: dict) -> str:
+    """The dtype the checkpoint's ``config.json`` says its tensors are saved in."""
+    saved = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
+    return saved if saved in ("float32", "bfloat16") else "float32"
+
+
+def _pair_plan(model, shape, config, methods, data, dtype, device, batch_size, weighting, budget):
+    """(batch, plan) of one (model, dataset): ``batch_size`` or, for ``"auto"``, the
+    largest of :func:`memory.batch_choices` that fits; DoesNotFit with the plan's
+    numbers when none (or the batch set) does not fit. The plan is the costliest
+    method's; a model the plan does not know (no MIB architecture) is not planned."""
+    from selfrepair.gim import memory
+
+    auto = batch_size == "auto"
+    choices = memory.batch_choices(len(data), divisors=weighting == "mib") if auto else [int(batch_size)]
+    if shape is None:
+        return (choices[0], None)
+    resident = _resident_embedding(config, dtype, device)
+
+    def plan_of(b):
+        plans = [
+            memory.plan(shape, m, b, data.clean.shape[1], dtype, device, resident, _saved(config)) for m in methods
+        ]
+        return max(plans, key=lambda p: p["total"])
+
+    batch = memory.fitting_batch(plan_of, budget, choices)
+    if batch is None:
+        raise memory.DoesNotFit(memory.refusal(model, plan_of(choices[-1]), budget, choices[-1], dtype))
+    return batch, plan_of(batch)
+
+
+def _score_pair(bridge, graph, data, d, model, batch, job):
+    """One (model, dataset)'s rows and curves over the job's methods, with its progress
+    logged; (rows, curves, skipped) with the methods skipped for the graph's size."""
+    from selfrepair.core.progress import Progress
+
+    methods, most = job["methods"], job["eactp_max_edges"]
+    run = [m for m in methods if not too_large(m, graph.n_edges, most)]
+    skipped = [too_large(m, graph.n_edges, most) for m in methods if m not in run]
+    rows, curves = [], []
+    with Progress(model, f"MIB {d}", max(1, len(run)), job["every"]) as prog:
+        prog.watch(bridge)
+        for method in run:
+            # EActP's rows are known (one run per edge and example): its ETA before it
+            # ends; the faithfulness curves add a few more
+            plan = exact_patching_rows(graph, len(data)) if method == "eactp" else None
+            with prog.stage(method, rows=plan):
+                _, _, curve, summary = localize(bridge, data, method, job["fractions"], batch, job["ig_steps"],
+                                                job["weighting"], job["tie_orders"])  # fmt: skip
+            rows.append({"task": d, "model": model, **summary})
+            curves.append(curve.assign(task=d, model=model))
+    return rows, curves, skipped
+
+
+def _mib_pair(model, d, prepared, job):
+    """(status row, localization rows, curves) of one (model, dataset): read, checked
+    against the context, planned (:func:`_pair_plan`), scored (:func:`_score_pair`);
+    a failure costs this pair's rows only (the status row says why)."""
+    import logging
+
+    from selfrepair.core import models as M
+    from selfrepair.gim import memory
+    from selfrepair.tasks import mib
+
+    bridge, tokenizer, where, shape, config, graph = prepared
+    row, stage = {"model": model, "dataset": d, "status": "not run", **where}, " reading the dataset"
+    try:
+        data = mib.load(d, tokenizer, job["n_eval"], job["search_paths"])
+        M.check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
+        stage = ""
+        batch, plan = _pair_plan(model, shape, config, job["methods"], data, where["dtype"], job["device"],
+                                 job["batch_size"], job["weighting"], job["budget"])  # fmt: skip
+        row.update(batch_size=batch, plan=memory.describe(plan) if plan else "")
+        logging.getLogger(__name__).info("MIB %s on %s: batch %d, %s", d, model, batch, row["plan"] or "no plan")
+        rows, curves, skipped = _score_pair(bridge, graph, data, d, model, batch, job)
+    except M.WeightsChanged:
+        raise
+    except Exception as err:  # one pair's failure must not lose the others' results
+        # DatasetRowError, ContextTooShort are ValueErrors
+        quiet = isinstance(err, memory.DoesNotFit) or (stage and isinstance(err, (mib.DatasetNotFound, ValueError)))
+        if not quiet:
+            logging.getLogger(__name__).exception(
+                "MIB %s on %s failed; its status row says so and the other pairs go on", d, model
+            )
+        return {**row, "reason": str(err) if quiet else f"failed{stage}: {type(err).__name__}: {err}"}, [], []
+    rows = [{**r, "identity": where["identity"]} for r in rows]
+    return {**row, "status": "ran", "reason": "; ".join([f"{len(data)} pairs"] + skipped)}, rows, curves
 
 
 def run_mib(
@@ -206,7 +331,7 @@ def run_mib(
     methods,
     n_eval: int,
     search_paths=None,
-    batch_size: int = 32,
+    batch_size: int | str = 32,
     ig_steps: int = 5,
     fractions=FRACTIONS,
     device: str = "cpu",
@@ -214,91 +339,59 @@ def run_mib(
     every: float = 30.0,
     weighting: str = "example",
     tie_orders: int = 0,
+    dtype: str = "float32",
+    memory_gb: float | None = None,
 ):
     """MIB's circuit localization on every (model, dataset) present locally
-    (``weighting``, ``tie_orders``: :func:`localize`'s).
+    (``weighting``, ``tie_orders``: :func:`localize`'s), each model in ``dtype``
+    (``gim.mib.dtype``: :func:`precision.resolve`), at ``batch_size`` or, for ``"auto"``,
+    the largest batch whose memory plan (:mod:`selfrepair.gim.memory`) fits the budget
+    (``memory_gb``, else the device's free memory at the start).
 
     Returns (status DataFrame, :data:`MIB_STATUS_COLUMNS`; localization rows; curves).
-    Absent weights or datasets, pairs longer than the model's context, and any error
-    while one (model, dataset) runs give that pair a 'not run' row with the reason; the
-    other pairs' results are kept. A method skipped for the graph's size
-    (:func:`too_large`) is named in the reason. Each row of a model that was found names
-    its folder and identity hash (:func:`models.model_identity`); the progress of each
-    (model, dataset) is logged every ``every`` seconds, one stage per method.
+    Absent weights or datasets, pairs longer than the model's context, a plan that does
+    not fit at batch 1 (or at the batch set), and any error while one (model, dataset)
+    runs give that pair a 'not run' row with the reason; the other pairs' results are
+    kept. A method skipped for the graph's size (:func:`too_large`) is named in the
+    reason. Each row of a model that was found names its folder, identity hash
+    (:func:`models.model_identity`) and dtype; each that ran, its batch and its plan. The
+    progress of each (model, dataset) is logged every ``every`` seconds.
     """
     import logging
 
     import pandas as pd
 
     from selfrepair.core import models as M
-    from selfrepair.core.progress import Progress
-    from selfrepair.tasks import mib
+    from selfrepair.gim import memory
 
     log = logging.getLogger(__name__)
+    job = dict(n_eval=n_eval, search_paths=search_paths, methods=list(methods), batch_size=batch_size,
+               ig_steps=ig_steps, fractions=fractions, device=device, eactp_max_edges=eactp_max_edges,
+               every=every, weighting=weighting, tie_orders=tie_orders)  # fmt: skip
+    job["budget"] = memory.job_budget(device, memory_gb)
+    log.info("MIB memory budget %.2f GB (%s)", job["budget"] / memory.GB, "set" if memory_gb else "measured")
     status, rows, curves = [], [], []
     for model in models:
-        where = {"folder": "", "identity": ""}
         try:
-            bridge, folder, identity = M.load_identified(model, device, search_paths)
-            where = {"folder": str(folder), "identity": identity}
-            log.info("MIB model %s: folder %s, identity %s", model, where["folder"], where["identity"])
+            bridge, tokenizer, where, shape, config = _prepare(model, device, search_paths, dtype, job["budget"])
+            log.info("MIB model %s: folder %s, identity %s, dtype %s", model, *where.values())
             check_supported(bridge)
-            tokenizer = _model_tokenizer(model, search_paths, bridge)
         except M.WeightsChanged:
             raise
-        except (M.ModelNotFound, M.CorruptCheckpoint, NotImplementedError) as err:
-            status += [
-                {"model": model, "dataset": d, "status": "not run", "reason": str(err), **where} for d in datasets
-            ]
-            continue
         except Exception as err:  # a model that cannot be booted costs its rows, not the other models'
-            log.exception("MIB model %s cannot be prepared; its rows say so and the other models go on", model)
-            reason = f"failed: {type(err).__name__}: {err}"
+            where = getattr(err, "where", {})
+            known = (M.ModelNotFound, M.CorruptCheckpoint, NotImplementedError, memory.DoesNotFit)
+            if not isinstance(err, known):
+                log.exception("MIB model %s cannot be prepared; its rows say so and the other models go on", model)
+            reason = str(err) if isinstance(err, known) else f"failed: {type(err).__name__}: {err}"
             status += [{"model": model, "dataset": d, "status": "not run", "reason": reason, **where} for d in datasets]
             continue
-        graph = Graph.from_bridge(bridge)
-        n_edges = graph.n_edges
+        prepared = (bridge, tokenizer, where, shape, config, Graph.from_bridge(bridge))
         for d in datasets:
-            try:
-                data = mib.load(d, tokenizer, n_eval, search_paths)
-                M.check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
-            except (mib.DatasetNotFound, ValueError) as err:  # DatasetRowError, ContextTooShort are ValueErrors
-                status.append({"model": model, "dataset": d, "status": "not run", "reason": str(err), **where})
-                continue
-            except Exception as err:  # the tokenizer on an odd row: this pair's rows, not the job
-                log.exception(
-                    "MIB %s cannot be read for %s; its status row says so and the other pairs go on", d, model
-                )
-                reason = f"failed reading the dataset: {type(err).__name__}: {err}"
-                status.append({"model": model, "dataset": d, "status": "not run", "reason": reason, **where})
-                continue
-            skipped, got_rows, got_curves = [], [], []
-            try:
-                run = [m for m in methods if not too_large(m, n_edges, eactp_max_edges)]
-                skipped = [too_large(m, n_edges, eactp_max_edges) for m in methods if m not in run]
-                with Progress(model, f"MIB {d}", max(1, len(run)), every) as prog:
-                    prog.watch(bridge)
-                    for method in run:
-                        # EActP's rows are known (one run per edge and example): its ETA
-                        # before it ends; the faithfulness curves add a few more
-                        plan = exact_patching_rows(graph, len(data)) if method == "eactp" else None
-                        with prog.stage(method, rows=plan):
-                            _, _, curve, summary = localize(
-                                bridge, data, method, fractions, batch_size, ig_steps, weighting, tie_orders
-                            )
-                        got_rows.append({"task": d, "model": model, **summary, "identity": where["identity"]})
-                        got_curves.append(curve.assign(task=d, model=model))
-            except M.WeightsChanged:
-                raise
-            except Exception as err:  # one pair's failure must not lose the others' results
-                log.exception("MIB %s on %s failed; its status row says so and the other pairs go on", d, model)
-                reason = f"failed: {type(err).__name__}: {err}"
-                status.append({"model": model, "dataset": d, "status": "not run", "reason": reason, **where})
-                continue
+            row, got_rows, got_curves = _mib_pair(model, d, prepared, job)
+            status.append(row)
             rows += got_rows
             curves += got_curves
-            reason = "; ".join([f"{len(data)} pairs"] + skipped)
-            status.append({"model": model, "dataset": d, "status": "ran", "reason": reason, **where})
     cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty", *TIE_COLUMNS, "identity"]
     return (
         pd.DataFrame(status, columns=MIB_STATUS_COLUMNS),
