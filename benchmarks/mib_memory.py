@@ -5,8 +5,9 @@ needs per model and MIB method.
 ``real_size.py`` (``--max-heads`` caps its layers), one MIB job per method in a fresh
 process (``run_mib`` on the stand-in IOI dataset, float32 on the CPU, ``--n`` pairs in one
 batch), its peak resident memory (``ru_maxrss``, the true peak of the process) beside
-the plan's total. Rows go to ``benchmarks/mib_memory.csv`` (rows of other models, methods
-and sizes are kept)::
+the plan's total. Rows go to ``--out`` (results/benchmarks/mib_memory.csv; rows of other
+models, methods and sizes are kept; ``--write`` also to
+results/reference/benchmark_mib_memory.csv)::
 
     python benchmarks/mib_memory.py --measure --models gpt2 --methods eap --n 8
 
@@ -16,13 +17,12 @@ batch 1 and 20 and which GPU sizes hold it (docs/MIB.md's table)::
     python benchmarks/mib_memory.py --table --positions 32
 
 ``--precision``: how far bfloat16 moves CPR and CMD from float32 on each stand-in named
-(``run_mib`` in both dtypes, same pairs); rows to ``benchmarks/mib_precision.csv`` (other
-models' rows kept).
+(``run_mib`` in both dtypes, same pairs); rows to mib_precision.csv beside ``--out`` (other
+models' rows kept; ``--write``: results/reference/benchmark_mib_precision.csv).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import resource
@@ -34,7 +34,10 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-OUT = ROOT / "benchmarks" / "mib_memory.csv"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import harness  # noqa: E402
+
 MODELS = ["gpt2", "Qwen/Qwen2.5-0.5B", "google/gemma-2-2b", "meta-llama/Llama-3.1-8B"]
 METHODS = ["eap", "eap-ig", "gim", "relp", "eap-gp", "ifr"]
 MODEL_TYPE = {"GPT2Config": "gpt2", "Qwen2Config": "qwen2", "Gemma2Config": "gemma2", "LlamaConfig": "llama"}
@@ -73,7 +76,7 @@ def child(folder: str, data: str, method: str, n: int) -> None:
 
 
 def measure(args) -> list[dict]:
-    """The stand-ins built, one fresh process per (model, method), rows for OUT."""
+    """The stand-ins built, one fresh process per (model, method), rows for --out."""
     from selfrepair.gim import memory
 
     rs = real_size()
@@ -158,7 +161,7 @@ def needs_table(positions: int) -> pd.DataFrame:
 def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.arguments(__doc__, "mib_memory.csv", threads=None, modes=False)
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--precision", action="store_true")
@@ -168,22 +171,14 @@ def main(argv=None):
     ap.add_argument("--max-heads", type=int, default=None, help="cap a stand-in's layers at this many heads")
     ap.add_argument("--positions", type=int, default=32, help="--table: tokens per prompt")
     ap.add_argument("--root", default=str(Path.home() / ".cache/selfrepair/real_size"))
-    ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     if args.table:
         print(needs_table(args.positions).to_markdown(index=False))
     if args.measure:
-        new = pd.DataFrame(measure(args))
-        out = Path(args.out)
-        old = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=new.columns)
-        keep = ~old.set_index(["model", "method", "n"]).index.isin(new.set_index(["model", "method", "n"]).index)
-        pd.concat([old[keep], new]).to_csv(out, index=False)
-        print(f"wrote {out}")
+        harness.write(pd.DataFrame(measure(args)), args, keys=["model", "method", "n"])
     if args.precision:
-        out, new = OUT.with_name("mib_precision.csv"), pd.DataFrame(precision_rows(args))
-        old = pd.read_csv(out) if out.exists() else new.iloc[:0]
-        pd.concat([old[~old.model.isin(new.model)], new]).to_csv(out, index=False)  # other models' rows kept
-        print(f"wrote {out}")
+        out = Path(args.out).with_name("mib_precision.csv")
+        harness.write(pd.DataFrame(precision_rows(args)), args, out=out, keys=["model"])  # other models' rows kept
 
 
 if __name__ == "__main__":

@@ -204,7 +204,7 @@ def test_a_job_that_cannot_fit_is_refused_at_its_start_with_its_numbers(tiny, mo
 
 
 def test_the_plan_holds_against_the_measured_peaks():
-    """benchmarks/mib_memory.csv (benchmarks/mib_memory.py --measure: one fresh process per
+    """results/reference/benchmark_mib_memory.csv (benchmarks/mib_memory.py --measure --write: one fresh process per
     MIB job on the CPU stand-ins, ru_maxrss): each row's plan, worked out again here
     from the stand-in's configuration, is within 25% of the measured peak RSS."""
     import importlib.util
@@ -216,7 +216,7 @@ def test_the_plan_holds_against_the_measured_peaks():
     spec = importlib.util.spec_from_file_location("mib_memory", root / "benchmarks/mib_memory.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rows = pd.read_csv(root / "benchmarks/mib_memory.csv")
+    rows = pd.read_csv(root / "results/reference/benchmark_mib_memory.csv")
     assert set(bench.MODELS) <= set(rows.model)  # GPT-2 small, Qwen2.5-0.5B, Gemma-2-2B, Llama-3.1-8B
     for r in rows.itertuples():
         shape = bench.shape_of(r.model, int(r.layers_built))
