@@ -52,6 +52,38 @@ def trained_sort_folder(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def gim_tiny_run_made(tmp_path_factory):
+    """(folder, {file: SHA-256}) of paper C's whole tiny DAG, made once per pytest run:
+    the README's tiny run (golden_suite.GIM_TINY_RUN: config/test.yaml, papers=[gim],
+    device auto, which is the CPU on a machine without CUDA) in a fresh folder, on the
+    committed checkpoints (nothing trains), started as tests/test_docs.py starts the
+    documents' commands (from the repository root, SELFREPAIR_ASSUME_CUDA=1)."""
+    import golden_suite as G
+
+    d = tmp_path_factory.mktemp("gim_tiny") / "run"
+    d.mkdir()
+    G.seed_checkpoints(d, ("gim",))
+    env = dict(os.environ, SELFREPAIR_ASSUME_CUDA="1")
+    r = G.snakemake("--cores", "2", *G.gim_tiny_args(d), env=env, timeout=1200)
+    assert not G.ran_training(r.stdout + r.stderr, "gim"), "the tiny run retrained a committed checkpoint"
+    committed = G.weight_hashes(G.CHECKPOINTS, ("gim",))
+    assert G.weight_hashes(d, ("gim",)) == committed and len(committed) == 3
+    return d, G.tree_hashes(d)
+
+
+@pytest.fixture(scope="session")
+def gim_tiny_run(gim_tiny_run_made):
+    """The shared tiny paper-C run's folder (gim_tiny_run_made), for tests that only read
+    it: a test that writes in it works on a copy. After the session every file is checked
+    to be as the run left it (and by tests/test_gim_workflow.py's last test)."""
+    import golden_suite as G
+
+    d, made = gim_tiny_run_made
+    yield d
+    assert G.tree_hashes(d) == made, f"a test changed the shared tiny run in {d}: give it a copy"
+
+
 # The quick tier (`make test-quick`: pytest -m "not slow" with SELFREPAIR_TEST_TIER=quick)
 # leaves out every test marked slow: those that start Snakemake (a run, a dry run, --lint)
 # or train a model. In that tier a test without the mark that starts Snakemake anyway

@@ -74,6 +74,24 @@ def tiny_args(d: Path, *extra_configs, paper: str = "heroes") -> list[str]:
     ]  # fmt: skip
 
 
+# Paper C's tiny run as the README shows it: the options of its report command for a run
+# in its own folder, without --report (tests/test_docs.py checks that the README still
+# shows these). The session-scoped fixture gim_tiny_run (tests/conftest.py) makes it once
+# per pytest run, from the repository root, for the tests that read it.
+GIM_TINY_RUN = ("--configfile", "config/config.yaml", "config/test.yaml", "--config", "papers=[gim]")
+
+
+def gim_tiny_args(d: Path) -> list[str]:
+    return [*GIM_TINY_RUN, "--directory", str(d)]
+
+
+def tree_hashes(d: Path) -> dict[str, str]:
+    """{path relative to d: SHA-256} of every file below a run's folder ``d``, Snakemake's
+    own records (.snakemake/: its logs of every start) left out."""
+    return {str(f.relative_to(d)): sha256(f) for f in sorted(Path(d).rglob("*"))
+            if f.is_file() and f.relative_to(d).parts[0] != ".snakemake"}  # fmt: skip
+
+
 def prepare(d: Path) -> Path:
     (d / "config").mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "config" / "published.yaml", d / "config" / "published.yaml")

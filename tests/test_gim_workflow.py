@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import golden_suite as G
+from selfrepair.core import runtime
 
 TARGETS = [
     "results/published/gim.csv",
@@ -20,18 +21,28 @@ pytestmark = pytest.mark.slow  # every test reads the tiny run
 
 
 @pytest.fixture(scope="module")
-def gim_run(tmp_path_factory):
-    d = G.prepare(tmp_path_factory.mktemp("gim"))
-    G.seed_checkpoints(d, ("gim",))
+def gim_run(request, tmp_path_factory):
+    """(folder, options) of paper C's tiny DAG on the committed checkpoints. Without CUDA
+    here: the session's shared run (gim_tiny_run, the README's tiny run: device auto, which
+    is the CPU here, so the same jobs as device=cpu), asked again for this module's targets
+    (nothing is left to do). With CUDA: a run of its own on the CPU (device=cpu), as the
+    regression values are the CPU's."""
+    if runtime.cuda_available():
+        d = G.prepare(tmp_path_factory.mktemp("gim"))
+        G.seed_checkpoints(d, ("gim",))
+        args = G.tiny_args(d, paper="gim")
+    else:
+        d = request.getfixturevalue("gim_tiny_run")
+        args = G.gim_tiny_args(d)
     before = G.weight_hashes(d, ("gim",))
-    r = G.snakemake("--cores", "2", *G.tiny_args(d, paper="gim"), "--", *TARGETS, timeout=600)
+    r = G.snakemake("--cores", "2", *args, "--", *TARGETS, timeout=600)
     assert not G.ran_training(r.stdout + r.stderr, "gim"), "the fixed-weight run retrained a checkpoint"
     assert G.weight_hashes(d, ("gim",)) == before and len(before) == 3
-    return d
+    return d, args
 
 
 def test_tiny_gim_workflow(gim_run):
-    tmp_path = gim_run
+    tmp_path, _ = gim_run
     for t in TARGETS:
         assert (tmp_path / t).stat().st_size > 0, t
     pub = pd.read_csv(tmp_path / "results/published/gim.csv")
@@ -68,9 +79,9 @@ def test_tiny_groundtruth_part_on_the_gim_models(gim_run):
     """The ground-truth rules end to end on the two tiny paper-C models (3 components:
     exact Shapley values): efficiency holds, every method is compared, the findings are
     'new' rows of the published summary, and the figures are drawn."""
-    d = gim_run
+    d, args = gim_run
     targets = ["results/groundtruth/figures/agreement.png", "results/published/summary.csv"]
-    r = G.snakemake("--cores", "2", *G.tiny_args(d, paper="gim"), "--", *targets, timeout=600)
+    r = G.snakemake("--cores", "2", *args, "--", *targets, timeout=600)
     assert not G.ran_training(r.stdout + r.stderr, "gim")
     tab = d / "results/groundtruth/tables"
     sh = pd.read_csv(tab / "shapley.csv")
@@ -122,7 +133,7 @@ def _ranking_stable(scores) -> bool:
 def test_tiny_gim_run_matches_golden_values(gim_run):
     """Regression on fixed weights: a change that moves a paper-C score fails here until
     tests/golden is deliberately regenerated (python tests/golden/update.py --papers gim)."""
-    got = G.gim_tables(gim_run)
+    got = G.gim_tables(gim_run[0])
     gold = G.golden_for(got)
 
     e, ge = got["gim_tiny_edges"], gold["gim_tiny_edges"]
@@ -154,3 +165,11 @@ def test_tiny_gim_run_matches_golden_values(gim_run):
     for col in ("comprehensiveness", "sufficiency", "comprehensiveness_se", "sufficiency_se"):
         assert G.close(fa[col], gfa[col], rel=FA_REL, abs=FA_ABS), col
     assert ((fa["ground_truth_hit"] - gfa["ground_truth_hit"]).abs() <= 1 / gfa["n"] + 1e-12).all()
+
+
+def test_the_shared_tiny_run_is_left_as_it_was(gim_run, gim_tiny_run_made):
+    """The tests above only read the session's shared run (or their own, with CUDA): every
+    file of it is as the run wrote it (the report test of tests/test_docs.py copies it)."""
+    d, made = gim_tiny_run_made
+    assert len(made) > 40 and any(f.startswith("results/gim/tables/") for f in made)
+    assert G.tree_hashes(d) == made

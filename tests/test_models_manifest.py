@@ -115,11 +115,13 @@ def test_make_verify_without_a_model_says_how():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not numerics.can_pin(), reason="this CPU cannot run the pinned (AVX2) kernels")
-def test_verify_retrains_a_model_and_compares_its_bits(tmp_path, capsys):
+def test_verify_retrains_a_model_and_compares_its_bits(tmp_path, capsys, monkeypatch):
     """The toy IOI model of the committed checkpoints as a manifest row of this CPU's
     vendor, with the hash this CPU must train (G.expected_hashes): retrained here under
     the golden mode, the same bits (exit 0); against a wrong hash, exit 1. (A row of the
-    other vendor: test_expectation_follows_the_mode_the_vendor_and_the_fingerprints.)"""
+    other vendor: test_expectation_follows_the_mode_the_vendor_and_the_fingerprints.)
+    The wrong-hash check compares the weights the first call retrained (kept, and shown
+    above to be the expected bits) instead of training the same model a second time."""
     vendor = numerics.cpu_vendor()
     want, _ = G.expected_hashes(vendor, M.cross_vendor_evidence(G.TRAIN_NUMERICS)["training_same"])
     if not want:
@@ -129,12 +131,18 @@ def test_verify_retrains_a_model_and_compares_its_bits(tmp_path, capsys):
     ioi = table["model"] == "results/coax/ioi/seed1"
     table.loc[ioi, ["sha256", "cpu_vendor"]] = [want["results/coax/ioi/seed1"], vendor]
     table.to_csv(f, index=False)
-    assert M.verify("results/coax/ioi/seed*", f, None, 2) == 0
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert M.verify("results/coax/ioi/seed*", f, kept, 2) == 0
     out = capsys.readouterr().out
     assert (
         f"expect the same bits: {G.TRAIN_NUMERICS} mode" in out and "SAME BITS" in out and "1 model(s) retrained" in out
     )
+    (weights,) = kept.glob("verify-*/results/coax/ioi/seed1/model/model.safetensors")
+    assert G.sha256(weights) == want["results/coax/ioi/seed1"]
+    calls = []
+    monkeypatch.setattr(M, "retrain", lambda folder, *a: calls.append(folder) or weights)
     table.loc[ioi, "sha256"] = "0" * 64
     table.to_csv(f, index=False)
     assert M.verify("results/coax/ioi/seed1", f, None, 2) == 1
-    assert "DIFFERENT BITS" in capsys.readouterr().out
+    assert "DIFFERENT BITS" in capsys.readouterr().out and calls == ["results/coax/ioi/seed1"]
