@@ -344,11 +344,6 @@ def test_the_claims_check_sees_claims_code():
 MAX_FILE_LINES = 450
 MAX_FUNCTION_LINES = 80
 FUNCTION_FOLDERS = ("src", "scripts", "benchmarks")
-# Functions still over the limit while other branches shrink them; every entry is a
-# debt, not a permission. MUST BE EMPTY once issue 49 item 3 (the benchmark harness:
-# bench_heroes, bench_groundtruth, bench_mib_real) and issue 56 (gim/localization.py's
-# run_mib, rewritten for MIB's memory planning) are merged.
-ALLOWED_LONG_FUNCTIONS_UNTIL_ISSUES_49_56_MERGE: set[str] = set()
 
 
 def long_functions(source: str, where: str, limit: int = MAX_FUNCTION_LINES) -> list[str]:
@@ -390,17 +385,10 @@ def test_no_file_under_src_is_over_450_lines():
 
 
 def test_no_function_is_over_80_lines():
-    found = _repo_long_functions()
-    bad = [x for x in found if x.split(" (")[0] not in ALLOWED_LONG_FUNCTIONS_UNTIL_ISSUES_49_56_MERGE]
+    bad = _repo_long_functions()
     assert not bad, (
         f"functions over {MAX_FUNCTION_LINES} lines in {', '.join(FUNCTION_FOLDERS)}: cut each into "
         "helpers that compute one thing:\n" + "\n".join(bad)
-    )
-    long_now = {x.split(" (")[0] for x in found}
-    stale = sorted(ALLOWED_LONG_FUNCTIONS_UNTIL_ISSUES_49_56_MERGE - long_now)
-    assert not stale, (
-        "ALLOWED_LONG_FUNCTIONS_UNTIL_ISSUES_49_56_MERGE lists functions that are no longer over "
-        f"{MAX_FUNCTION_LINES} lines (or no longer exist): remove them from the list:\n" + "\n".join(stale)
     )
 
 
