@@ -28,14 +28,19 @@ reproduce: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html $(SNAKEMAKE_ARGS)
 
+# Two pytest workers by default (pytest-xdist; tests/conftest.py keeps each test module on
+# one worker, longest first); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: env
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(XDIST) tests
 
 # The quick tier, for every edit: the tests that start no Snakemake and train nothing
 # (all but those marked slow; tests/conftest.py fails an unmarked one that starts
 # Snakemake). docs/TESTING.md has what it covers and its time.
 test-quick: env
-	HF_HUB_OFFLINE=1 SELFREPAIR_TEST_TIER=quick $(BIN)/python -m pytest -q -m "not slow" tests
+	HF_HUB_OFFLINE=1 SELFREPAIR_TEST_TIER=quick $(BIN)/python -m pytest -q $(XDIST) -m "not slow" tests
 
 lint: env
 	$(BIN)/snakemake --lint

@@ -1,5 +1,6 @@
 import os
 import re
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -53,23 +54,72 @@ def trained_sort_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def gim_tiny_run_made(tmp_path_factory):
-    """(folder, {file: SHA-256}) of paper C's whole tiny DAG, made once per pytest run:
-    the README's tiny run (golden_suite.GIM_TINY_RUN: config/test.yaml, papers=[gim],
-    device auto, which is the CPU on a machine without CUDA) in a fresh folder, on the
-    committed checkpoints (nothing trains), started as tests/test_docs.py starts the
-    documents' commands (from the repository root, SELFREPAIR_ASSUME_CUDA=1)."""
+def tiny_runs_made(tmp_path_factory):
+    """(folder, {file: SHA-256}) of the three papers' tiny DAGs run together, made once per
+    pytest run (made_once: once for both workers too): golden_suite.tiny_args with
+    papers=[heroes,coax,gim] and device=cpu, --cores 2, on the committed checkpoints
+    (nothing trains). tests/test_slurm.py compares its SLURM run with it byte for byte,
+    tests/test_coax_workflow.py reads it, tests/test_workflow.py works on a copy."""
     import golden_suite as G
 
-    d = tmp_path_factory.mktemp("gim_tiny") / "run"
-    d.mkdir()
-    G.seed_checkpoints(d, ("gim",))
-    env = dict(os.environ, SELFREPAIR_ASSUME_CUDA="1")
-    r = G.snakemake("--cores", "2", *G.gim_tiny_args(d), env=env, timeout=1200)
-    assert not G.ran_training(r.stdout + r.stderr, "gim"), "the tiny run retrained a committed checkpoint"
-    committed = G.weight_hashes(G.CHECKPOINTS, ("gim",))
-    assert G.weight_hashes(d, ("gim",)) == committed and len(committed) == 3
-    return d, G.tree_hashes(d)
+    def make(folder):
+        d = G.prepare(folder / "run")
+        G.seed_checkpoints(d, G.PAPERS)
+        r = G.snakemake("--cores", "2", *G.tiny_args(d, paper=G.ALL_PAPERS), timeout=5400)
+        trained = [t for p in G.PAPERS for t in G.ran_training(r.stdout + r.stderr, p)]
+        assert not trained, f"the tiny run retrained committed checkpoints: {trained}"
+        committed = G.weight_hashes(G.CHECKPOINTS)
+        assert G.weight_hashes(d) == committed and len(committed) > 3
+        return [str(d), G.tree_hashes(d)]
+
+    d, hashes = made_once(tmp_path_factory, "tiny_runs", make)
+    return Path(d), hashes
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tiny_runs_made):
+    """The shared tiny run of the three papers (tiny_runs_made), for tests that only read
+    it: a test that writes in it works on a copy (copy_run). After the session every file
+    is checked to be as the run left it."""
+    import golden_suite as G
+
+    d, made = tiny_runs_made
+    yield d
+    assert G.tree_hashes(d) == made, f"a test changed the shared tiny run in {d}: give it a copy"
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    """A copy of a finished run's folder that Snakemake sees as finished too: every file
+    keeps its modification time (and .snakemake/ its records), so nothing reruns."""
+    import shutil
+
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def gim_tiny_run_made(tmp_path_factory):
+    """(folder, {file: SHA-256}) of paper C's whole tiny DAG, made once per pytest run
+    (made_once: once for both workers too): the README's tiny run
+    (golden_suite.GIM_TINY_RUN: config/test.yaml, papers=[gim], device auto, which is the
+    CPU on a machine without CUDA) in a fresh folder, on the committed checkpoints
+    (nothing trains), started as tests/test_docs.py starts the documents' commands (from
+    the repository root, SELFREPAIR_ASSUME_CUDA=1)."""
+    import golden_suite as G
+
+    def make(folder):
+        d = folder / "run"
+        d.mkdir()
+        G.seed_checkpoints(d, ("gim",))
+        env = dict(os.environ, SELFREPAIR_ASSUME_CUDA="1")
+        r = G.snakemake("--cores", "2", *G.gim_tiny_args(d), env=env, timeout=1200)
+        assert not G.ran_training(r.stdout + r.stderr, "gim"), "the tiny run retrained a committed checkpoint"
+        committed = G.weight_hashes(G.CHECKPOINTS, ("gim",))
+        assert G.weight_hashes(d, ("gim",)) == committed and len(committed) == 3
+        return [str(d), G.tree_hashes(d)]
+
+    d, hashes = made_once(tmp_path_factory, "gim_tiny", make)
+    return Path(d), hashes
 
 
 @pytest.fixture(scope="session")
@@ -126,3 +176,64 @@ def _quick_tier_starts_no_snakemake(request, monkeypatch):
 
     monkeypatch.setattr(subprocess.Popen, "__init__", init)
     yield
+
+
+# Two workers (`make test`: pytest-xdist, --dist loadfile --no-loadscope-reorder): each
+# test module runs on one worker, so that its module-scoped fixtures (a tiny run) are made
+# once, and a session's shared run is made once by whichever worker asks first
+# (made_once). The modules go out longest first (LONGEST_FIRST, measured with --durations
+# under two workers: docs/TESTING.md), so that no long one starts last; the rest follow
+# in the order pytest collects them. A run in one process keeps pytest's order.
+LONGEST_FIRST = (
+    "test_slurm.py",
+    "test_workflow.py",
+    "test_gim_workflow.py",
+    "test_own_dag.py",
+    "test_coax_workflow.py",
+    "test_docs.py",
+    "test_real_size.py",
+    "test_numerics.py",
+    "test_golden.py",
+    "test_failures.py",
+    "test_status.py",
+    "test_device_check.py",
+    "test_gpu_script.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    order = {it: (rank.get(it.path.name, len(rank)), i) for i, it in enumerate(items)}
+    items.sort(key=order.__getitem__)
+
+
+def made_once(tmp_path_factory, name: str, make):
+    """What ``make(folder)`` returns (JSON), made once per pytest run however many workers
+    ask: the first makes it in a folder of the run's temporary root that every worker
+    sees, under a file lock; the others wait for it and read what it returned (or the
+    error it raised)."""
+    import json
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's root, above each worker's own folder
+    record = root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if not record.is_file():
+            folder = root / name
+            folder.mkdir()
+            try:
+                made = {"value": make(folder)}
+            except BaseException as e:
+                made = {"error": f"{type(e).__name__}: {e}"}
+                record.write_text(json.dumps(made))
+                raise
+            record.write_text(json.dumps(made))
+        made = json.loads(record.read_text())
+    if "error" in made:
+        pytest.fail(f"making {name} failed in another worker: {made['error']}")
+    return made["value"]

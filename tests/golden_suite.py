@@ -43,6 +43,8 @@ TRAIN_NUMERICS = "fast"
 TINY_CONFIGS = [ROOT / "config" / "config.yaml", ROOT / "config" / "test.yaml"]
 MODEL_FILES = ("model", "train.json", "train_log.csv")
 PAPERS = ("heroes", "coax", "gim")
+# The three papers together, as --config papers=[...] takes them (the session's shared tiny run).
+ALL_PAPERS = ",".join(PAPERS)
 # Per paper: the rules whose outputs are committed, and what each writes per model folder
 # (the folder above model/: results/<paper>/.../seedN, .../induction/t1, .../pruning).
 TRAIN_RULES = {

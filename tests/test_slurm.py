@@ -4,7 +4,8 @@ workflow's own profile (workflow/profiles/slurm) by Snakemake's SLURM executor p
 
 The three tiny DAGs run together twice, both scoring the committed checkpoints of
 tests/golden (nothing trains), both in the config's numerics mode: once locally
-(--cores 2), once through SLURM. During the SLURM run one job of CANCEL_RULE is cancelled
+(--cores 2: the session's shared run, tiny_runs in tests/conftest.py, which other modules
+read too), once through SLURM. During the SLURM run one job of CANCEL_RULE is cancelled
 with scancel while it runs; the same command then runs again. Checked:
 - every job that is not a localrule went through sbatch: the log names its SLURM job id,
   and squeue shows that job, named after this run, completed, with as many CPUs as its
@@ -12,7 +13,8 @@ with scancel while it runs; the same command then runs again. Checked:
 - every file under results/ is byte for byte the local run's, timings (TIMINGS) aside;
 - the cancelled job failed the run loudly (its SLURM id and state CANCELLED in the
   error; the other jobs finished), and the rerun completed it.
-Measured on a 2-core machine, lightly loaded: local 7-7.5 min, SLURM 5.3 min, rerun 46 s.
+Measured on a 2-core machine, lightly loaded: local 7-7.5 min, SLURM 5.3 min, rerun 46 s
+(before the local run was shared).
 And, in seconds: with --config device=cuda a job's sbatch asks for a GPU (which the
 CPU-only test cluster refuses).
 
@@ -37,7 +39,7 @@ import yaml
 import golden_suite as G
 
 ROOT = G.ROOT
-PAPERS = "heroes,coax,gim"
+PAPERS = G.ALL_PAPERS
 # The README's command on the test cluster: the profile, polled with squeue (the test
 # cluster keeps no accounting, so there is no sacct).
 SLURM_ARGS = ["--workflow-profile", "workflow/profiles/slurm", "--slurm-status-command", "squeue"]
@@ -138,15 +140,9 @@ def _slurm_run(d: Path, log: Path, cancel: str | None = None) -> SimpleNamespace
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, tmp_path_factory):
+def runs(cluster, tiny_runs, tmp_path_factory):
     base = tmp_path_factory.mktemp("slurm")
-    local = G.prepare(base / "local")
-    G.seed_checkpoints(local, G.PAPERS)
-    t0 = time.monotonic()
-    r = G.snakemake("--cores", "2", *G.tiny_args(local, paper=PAPERS), timeout=TIMEOUT)
-    local_s = time.monotonic() - t0
-    trained = [t for p in G.PAPERS for t in G.ran_training(r.stdout + r.stderr, p)]
-    assert not trained, f"the local run retrained committed checkpoints: {trained}"
+    local = tiny_runs  # the local run: the session's shared one (tests/conftest.py), the same command
     remote = G.prepare(base / "slurm")
     G.seed_checkpoints(remote, G.PAPERS)
     first = _slurm_run(remote, base / "slurm_first.log", cancel=CANCEL_RULE)
@@ -154,7 +150,7 @@ def runs(cluster, tmp_path_factory):
     trained = [t for p in G.PAPERS for t in G.ran_training(first.out, p)]
     assert not trained, f"the SLURM run retrained committed checkpoints: {trained}"
     rerun = _slurm_run(remote, base / "slurm_rerun.log")
-    print(f"\ntiny DAGs of {PAPERS}: local {local_s:.0f} s, SLURM {first.seconds:.0f} s + rerun {rerun.seconds:.0f} s")
+    print(f"\ntiny DAGs of {PAPERS}: SLURM {first.seconds:.0f} s + rerun {rerun.seconds:.0f} s")
     return SimpleNamespace(local=local, remote=remote, first=first, rerun=rerun)
 
 

@@ -94,3 +94,65 @@ def test_outside_the_quick_tier_nothing_is_guarded(tmp_path):
 )
 def test_the_documents_commands_that_start_snakemake_are_slow(cmd, expected):
     assert doc_starts_snakemake(cmd) is expected
+
+
+# The two workers of `make test` (tests/conftest.py: made_once, LONGEST_FIRST).
+SHARED = """
+
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory):  # as gim_tiny_run_made: made_once, and says where it was made
+    def make(folder):
+        with open(os.environ["MADE_LOG"], "a") as f:
+            f.write("session " + os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
+        (folder / "made").write_text("x")
+        return str(folder)
+
+    return made_once(tmp_path_factory, "shared", make)
+"""
+MODULE = """
+import os
+from pathlib import Path
+import pytest
+
+@pytest.fixture(scope="module")
+def made_here():
+    with open(os.environ["MADE_LOG"], "a") as f:
+        f.write("module {name} " + os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
+
+@pytest.mark.parametrize("i", range(4))
+def test_module(made_here, i):
+    pass
+
+def test_reads_the_run(shared_run):
+    assert (Path(shared_run) / "made").read_text() == "x"
+"""
+
+
+def test_two_workers_make_a_shared_run_and_a_module_fixture_once(tmp_path):
+    """With make test's options (--dist loadfile --no-loadscope-reorder) every test module
+    runs on one worker, so its module fixture is made once, and a session's shared run
+    (made_once) is made once for both workers. The control: --dist load spreads a
+    module's tests over both workers, and its module fixture is made on both."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text() + SHARED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: as in pyproject.toml\n")
+    for name in ("a", "b", "c"):
+        (tmp_path / f"test_{name}.py").write_text(MODULE.format(name=name))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    made = {}
+    for dist in (["--dist", "loadfile", "--no-loadscope-reorder"], ["--dist", "load"]):
+        log = tmp_path / f"made_{dist[1]}.log"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *dist]
+        r = subprocess.run(cmd, cwd=tmp_path, env=dict(env, MADE_LOG=str(log)), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+        assert r.returncode == 0 and "15 passed" in r.stdout, r.stdout + r.stderr
+        lines = log.read_text().splitlines()
+        made[dist[1]] = sorted(line.rsplit(" ", 1)[0] for line in lines)
+        assert {line.rsplit(" ", 1)[1] for line in lines} == {"gw0", "gw1"}, lines  # both workers ran tests
+    assert made["loadfile"] == ["module a", "module b", "module c", "session"]
+    assert made["load"].count("session") == 1 and len(made["load"]) > 4, made["load"]
+
+
+def test_the_longest_first_modules_exist():
+    from conftest import LONGEST_FIRST
+
+    assert [m for m in LONGEST_FIRST if not (ROOT / "tests" / m).is_file()] == []
