@@ -237,3 +237,47 @@ def made_once(tmp_path_factory, name: str, make):
     if "error" in made:
         pytest.fail(f"making {name} failed in another worker: {made['error']}")
     return made["value"]
+
+
+# Where the suite's time goes, per test: SELFREPAIR_TEST_PROFILE=<file> appends one JSON
+# line per test (its id, worker, start (epoch seconds), wall seconds of setup+call+teardown, CPU seconds of the
+# pytest process and of the children it waited for, and how many Snakemake processes it
+# started). benchmarks/test_profile.py sums such a file by module and by kind.
+PROFILE = os.environ.get("SELFREPAIR_TEST_PROFILE")
+
+
+def _cpu() -> tuple[float, float]:
+    import resource
+
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+
+if PROFILE:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        import json
+        import subprocess
+        import time
+
+        started = []
+        real_init = subprocess.Popen.__init__
+
+        def init(self, args, *a, **k):
+            if starts_snakemake(args):
+                started.append(1)
+            real_init(self, args, *a, **k)
+
+        subprocess.Popen.__init__ = init
+        (s0, c0), t0 = _cpu(), time.monotonic()
+        try:
+            yield
+        finally:
+            subprocess.Popen.__init__ = real_init
+            (s1, c1), t1 = _cpu(), time.monotonic()
+            row = {"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "-"),
+                   "start": round(time.time() - (t1 - t0), 1), "wall": round(t1 - t0, 3), "cpu_self": round(s1 - s0, 3),
+                   "cpu_children": round(c1 - c0, 3), "snakemake": len(started)}  # fmt: skip
+            with open(PROFILE, "a") as f:
+                f.write(json.dumps(row) + "\n")

@@ -3,9 +3,10 @@
 workflow's own profile (workflow/profiles/slurm) by Snakemake's SLURM executor plugin.
 
 The three tiny DAGs run together twice, both scoring the committed checkpoints of
-tests/golden (nothing trains), both in the config's numerics mode: once locally
-(--cores 2: the session's shared run, tiny_runs in tests/conftest.py, which other modules
-read too), once through SLURM. During the SLURM run one job of CANCEL_RULE is cancelled
+tests/golden (nothing trains), both in the config's numerics mode: once through SLURM,
+once locally (--cores 2: the session's shared run, tiny_runs in tests/conftest.py, which
+other modules read too, asked for after the SLURM run: under two pytest workers the other
+worker makes it meanwhile). During the SLURM run one job of CANCEL_RULE is cancelled
 with scancel while it runs; the same command then runs again. Checked:
 - every job that is not a localrule went through sbatch: the log names its SLURM job id,
   and squeue shows that job, named after this run, completed, with as many CPUs as its
@@ -140,9 +141,8 @@ def _slurm_run(d: Path, log: Path, cancel: str | None = None) -> SimpleNamespace
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, tiny_runs, tmp_path_factory):
+def runs(cluster, request, tmp_path_factory):
     base = tmp_path_factory.mktemp("slurm")
-    local = tiny_runs  # the local run: the session's shared one (tests/conftest.py), the same command
     remote = G.prepare(base / "slurm")
     G.seed_checkpoints(remote, G.PAPERS)
     first = _slurm_run(remote, base / "slurm_first.log", cancel=CANCEL_RULE)
@@ -151,6 +151,10 @@ def runs(cluster, tiny_runs, tmp_path_factory):
     assert not trained, f"the SLURM run retrained committed checkpoints: {trained}"
     rerun = _slurm_run(remote, base / "slurm_rerun.log")
     print(f"\ntiny DAGs of {PAPERS}: SLURM {first.seconds:.0f} s + rerun {rerun.seconds:.0f} s")
+    # The local run, asked for after the SLURM run: the session's shared one
+    # (tests/conftest.py, the same command), which the other worker makes meanwhile
+    # (tests/test_workflow.py asks for it first), so neither waits for the other.
+    local = request.getfixturevalue("tiny_runs")
     return SimpleNamespace(local=local, remote=remote, first=first, rerun=rerun)
 
 

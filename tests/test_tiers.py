@@ -15,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
+def _inner_env() -> dict:
+    """The environment of a generated suite's pytest: this run's, without its per-test
+    profile file and its tier (the generated tests are not this suite's; a test that
+    wants a tier sets it)."""
+    return {k: v for k, v in os.environ.items() if k not in ("SELFREPAIR_TEST_PROFILE", "SELFREPAIR_TEST_TIER")}
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
@@ -55,7 +62,7 @@ def _pytest(tmp_path, tier, *args):
     (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
     (tmp_path / "test_guarded.py").write_text(GUARDED)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: as in pyproject.toml\n")
-    env = dict(os.environ, SELFREPAIR_TEST_TIER=tier, PYTHONPATH=str(ROOT / "tests"))
+    env = dict(_inner_env(), SELFREPAIR_TEST_TIER=tier, PYTHONPATH=str(ROOT / "tests"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *args, "test_guarded.py"]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
@@ -137,7 +144,7 @@ def test_two_workers_make_a_shared_run_and_a_module_fixture_once(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: as in pyproject.toml\n")
     for name in ("a", "b", "c"):
         (tmp_path / f"test_{name}.py").write_text(MODULE.format(name=name))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    env = dict(_inner_env(), PYTHONPATH=str(ROOT / "tests"))
     made = {}
     for dist in (["--dist", "loadfile", "--no-loadscope-reorder"], ["--dist", "load"]):
         log = tmp_path / f"made_{dist[1]}.log"
@@ -156,3 +163,44 @@ def test_the_longest_first_modules_exist():
     from conftest import LONGEST_FIRST
 
     assert [m for m in LONGEST_FIRST if not (ROOT / "tests" / m).is_file()] == []
+
+
+PROFILED = """
+import subprocess, sys
+
+def test_starts_a_snakemake(tmp_path):
+    exe = tmp_path / "snakemake"
+    exe.write_text("#!/bin/sh\\nexit 0\\n")
+    exe.chmod(0o755)
+    subprocess.run([str(exe), "--version"], check=True)
+    subprocess.run([str(exe), "-n"], check=True)
+
+def test_burns_cpu_in_a_child():
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+
+def test_nothing():
+    pass
+"""
+
+
+def test_the_profile_counts_each_tests_cpu_and_snakemake_starts(tmp_path):
+    """SELFREPAIR_TEST_PROFILE: one line per test, with the CPU of the children it waited
+    for and the Snakemake processes it started (a program named snakemake, twice);
+    tests/profile_report.py sums them by module."""
+    import profile_report
+
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_p.py").write_text(PROFILED)
+    out = tmp_path / "profile.jsonl"
+    env = dict(_inner_env(), PYTHONPATH=str(ROOT / "tests"), SELFREPAIR_TEST_PROFILE=str(out))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_p.py"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout + r.stderr
+    rows = {row["test"].split("::")[1]: row for row in profile_report.read(out)}
+    assert set(rows) == {"test_starts_a_snakemake", "test_burns_cpu_in_a_child", "test_nothing"}
+    assert [rows[t]["snakemake"] for t in sorted(rows)] == [0, 0, 2]  # burns, nothing, starts
+    assert rows["test_burns_cpu_in_a_child"]["cpu_children"] > 0.05 > rows["test_nothing"]["cpu_children"]
+    (module,) = profile_report.by_module(list(rows.values()))
+    assert module["tests"] == 3 and module["snakemake"] == 2
+    assert abs(module["cpu"] - sum(r["cpu_self"] + r["cpu_children"] for r in rows.values())) < 1e-9
+    assert "| test_p.py | 3 |" in profile_report.report(list(rows.values()))

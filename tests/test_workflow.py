@@ -619,3 +619,61 @@ def test_a_touched_script_reruns_its_rule_unless_script_times_are_ignored(tmp_pa
     assert "--rerun-triggers mtime params input software-env" in (ROOT / "docs/INTEGRITY.md").read_text().replace(
         "\n", " "
     )
+
+
+def test_the_c_yaml_loader_reads_every_config_and_schema_as_safe_load_does():
+    """selfrepair.core.yaml_text (libyaml's parser, which the workflow uses at parse time):
+    the same objects as yaml.safe_load for every file it reads there, and the C loader in
+    force where PyYAML has libyaml (the pinned wheel has)."""
+    import yaml
+
+    from selfrepair.core import yaml_text
+
+    files = sorted([*(ROOT / "workflow/schemas").glob("*.yaml"), *(ROOT / "config").glob("*.yaml")])
+    assert len(files) > 6
+    for f in files:
+        assert yaml_text.load(f.read_text()) == yaml.safe_load(f.read_text()), f
+    assert yaml_text.LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
+    assert yaml.__with_libyaml__
+
+
+@pytest.mark.parametrize("schema", sorted(p.name for p in (ROOT / "workflow/schemas").glob("*.yaml")))
+def test_the_parse_fills_the_defaults_as_snakemakes_validate_does(schema):
+    """selfrepair.core.config_schema (the Snakefile's parse) against
+    snakemake.utils.validate, the reference it replaces, on the schema's section of every
+    config file in config/ (each over config/config.yaml, as --configfile adds it) and on
+    an empty one: no error, and the same filled section."""
+    import copy
+
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from selfrepair.core import config_schema
+
+    path = ROOT / "workflow/schemas" / schema
+    loaded = yaml.safe_load(path.read_text())
+    key = schema.removesuffix(".schema.yaml")
+    kind = {"object": dict, "array": list}[loaded["type"]]
+    sections = [] if loaded.get("required") else [kind()]
+    default = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    for f in sorted((ROOT / "config").glob("*.yaml")):
+        if f.name == "published.yaml":  # the claims, not a config
+            continue
+        data = copy.deepcopy(default)
+        update_config(data, yaml.safe_load(f.read_text()) or {})  # an overlay on the default
+        section = data if key == "config" else data.get(key)
+        if isinstance(section, kind) and section:
+            sections.append(section)
+    filled = 0
+    for section in sections:
+        ours, theirs = copy.deepcopy(section), copy.deepcopy(section)
+        assert config_schema.problems(ours, loaded, key) == [], (schema, section)
+        config_schema.fill_defaults(ours, loaded)
+        validate(theirs, str(path))
+        assert ours == theirs, (schema, section)
+        filled += ours != section
+    assert len(sections) > 1
+    if kind is dict and not loaded.get("required"):
+        assert filled, "no default filled in: the comparison compared nothing"
+    elif kind is list:
+        assert not filled  # a list (own's entries) is left as it is

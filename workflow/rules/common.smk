@@ -4,38 +4,24 @@ import os
 import sys as _sys
 from pathlib import Path
 
-import jsonschema
-import yaml
-from snakemake.utils import validate
-
 SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
 _sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from selfrepair.core import numerics as _numerics  # noqa: E402  imports no torch
 from selfrepair.core import local_files as _local_files  # noqa: E402  imports no torch
 from selfrepair.core import published as _published  # noqa: E402  imports no torch
+from selfrepair.core import yaml_text as _yaml_text  # noqa: E402  imports no torch
+from selfrepair.core import config_schema as _schema  # noqa: E402  imports no torch
 
 
 def check_config(section, schema_name, where):
     """Validate one config section; every error names its key, before any job starts.
-
-    Then snakemake's validate() fills in the schema's defaults.
-    """
-    schema = yaml.safe_load((SCHEMAS / schema_name).read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(
-        validator.iter_errors(section), key=lambda e: [str(p) for p in e.path]
-    )
-    if errors:
-        lines = []
-        for e in errors:
-            key = (
-                ".".join([where] + [str(p) for p in e.path])
-                if where
-                else ".".join(str(p) for p in e.path)
-            )
-            lines.append(f"  {key or '(top level)'}: {e.message}")
-        raise WorkflowError("invalid config:\n" + "\n".join(lines))
-    validate(section, str(SCHEMAS / schema_name))
+    Then the schema's defaults are filled in (selfrepair.core.config_schema: as
+    snakemake.utils.validate does, from the schema read once)."""
+    schema = _yaml_text.load((SCHEMAS / schema_name).read_text())
+    problems = _schema.problems(section, schema, where)
+    if problems:
+        raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in problems))
+    _schema.fill_defaults(section, schema)
 
 
 if config.get("numerics") in _numerics.RENAMED:

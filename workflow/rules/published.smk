@@ -24,6 +24,6 @@ rule published_summary:
     params:
         strict=config["strict"],
         numerics=NUMERICS,
-        code=code_hash("core/published"),
+        code=code_hash("core/published", "core/yaml_text"),
     script:
         "../../scripts/published_summary.py"

@@ -32,6 +32,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from selfrepair.core import yaml_text
+
 # "new": a finding of this workflow that no paper states (the ground-truth part), no published value
 STATUSES = ("reproduced", "differs", "fragile", "not run", "new")
 COLUMNS = [
@@ -118,7 +120,7 @@ def file_problems(path: str | Path) -> list[str]:
     well formed). The workflow calls it at parse time (workflow/rules/common.smk), so that
     a claim without its number stops the run before any job starts."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml_text.load(Path(path).read_text())
     except yaml.YAMLError as e:
         return [f"not valid YAML: {e}"]
     if not isinstance(data, dict):
@@ -127,7 +129,7 @@ def file_problems(path: str | Path) -> list[str]:
 
 
 def load_claims(path: str | Path, paper: str) -> list[dict]:
-    data = yaml.safe_load(Path(path).read_text())
+    data = yaml_text.load(Path(path).read_text())
     if not isinstance(data, dict) or paper not in data:
         raise ValueError(f"{path} has no section {paper!r}")
     problems = _section_problems(data[paper], paper)
