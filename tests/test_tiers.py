@@ -204,3 +204,6 @@ def test_the_profile_counts_each_tests_cpu_and_snakemake_starts(tmp_path):
     assert module["tests"] == 3 and module["snakemake"] == 2
     assert abs(module["cpu"] - sum(r["cpu_self"] + r["cpu_children"] for r in rows.values())) < 1e-9
     assert "| test_p.py | 3 |" in profile_report.report(list(rows.values()))
+    cli = subprocess.run([sys.executable, str(ROOT / "tests/profile_report.py"), str(out), "--top", "1"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert cli.returncode == 0 and "3 tests:" in cli.stdout and "test_burns_cpu_in_a_child |" in cli.stdout, cli
