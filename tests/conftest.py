@@ -53,39 +53,28 @@ def trained_sort_folder(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="session")
-def tiny_runs_made(tmp_path_factory):
-    """(folder, {file: SHA-256}) of the three papers' tiny DAGs run together, made once per
-    pytest run (made_once: once for both workers too): golden_suite.tiny_args with
-    papers=[heroes,coax,gim] and device=cpu, --cores 2, on the committed checkpoints
-    (nothing trains). tests/test_slurm.py compares its SLURM run with it byte for byte,
-    tests/test_coax_workflow.py reads it, tests/test_workflow.py works on a copy."""
+def made_run(tmp_path_factory, name: str, make) -> tuple[Path, dict[str, str]]:
+    """(folder, {file: SHA-256}) of a run that ``make(folder)`` makes in a folder of its
+    own and returns, made once per pytest run, for both workers too (made_once)."""
     import golden_suite as G
 
-    def make(folder):
-        d = G.prepare(folder / "run")
-        G.seed_checkpoints(d, G.PAPERS)
-        r = G.snakemake("--cores", "2", *G.tiny_args(d, paper=G.ALL_PAPERS), timeout=5400)
-        trained = [t for p in G.PAPERS for t in G.ran_training(r.stdout + r.stderr, p)]
-        assert not trained, f"the tiny run retrained committed checkpoints: {trained}"
-        committed = G.weight_hashes(G.CHECKPOINTS)
-        assert G.weight_hashes(d) == committed and len(committed) > 3
+    def made(folder):
+        d = make(folder)
         return [str(d), G.tree_hashes(d)]
 
-    d, hashes = made_once(tmp_path_factory, "tiny_runs", make)
+    d, hashes = made_once(tmp_path_factory, name, made)
     return Path(d), hashes
 
 
-@pytest.fixture(scope="session")
-def tiny_runs(tiny_runs_made):
-    """The shared tiny run of the three papers (tiny_runs_made), for tests that only read
-    it: a test that writes in it works on a copy (copy_run). After the session every file
-    is checked to be as the run left it."""
+def left_as_made(made: tuple[Path, dict[str, str]]):
+    """A session fixture's body for a shared run (made_run) that tests only read: yields
+    its folder, and after the session fails if any file differs from what the run left
+    (a test that writes works on a copy: copy_run)."""
     import golden_suite as G
 
-    d, made = tiny_runs_made
+    d, hashes = made
     yield d
-    assert G.tree_hashes(d) == made, f"a test changed the shared tiny run in {d}: give it a copy"
+    assert G.tree_hashes(d) == hashes, f"a test changed the shared run in {d}: give it a copy"
 
 
 def copy_run(src: Path, dest: Path) -> Path:
@@ -98,11 +87,38 @@ def copy_run(src: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_runs_made(tmp_path_factory):
+    """(folder, {file: SHA-256}) of the three papers' tiny DAGs run together (made_run):
+    golden_suite.tiny_args with papers=[heroes,coax,gim] and device=cpu, --cores 2, on the
+    committed checkpoints (nothing trains). tests/test_slurm.py compares its SLURM run
+    with it byte for byte, tests/test_coax_workflow.py reads it, tests/test_workflow.py
+    works on a copy."""
+    import golden_suite as G
+
+    def make(folder):
+        d = G.prepare(folder / "run")
+        G.seed_checkpoints(d, G.PAPERS)
+        r = G.snakemake("--cores", "2", *G.tiny_args(d, paper=G.ALL_PAPERS), timeout=5400)
+        trained = [t for p in G.PAPERS for t in G.ran_training(r.stdout + r.stderr, p)]
+        assert not trained, f"the tiny run retrained committed checkpoints: {trained}"
+        committed = G.weight_hashes(G.CHECKPOINTS)
+        assert G.weight_hashes(d) == committed and len(committed) > 3
+        return d
+
+    return made_run(tmp_path_factory, "tiny_runs", make)
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tiny_runs_made):
+    """The shared tiny run of the three papers (tiny_runs_made), read-only (left_as_made)."""
+    yield from left_as_made(tiny_runs_made)
+
+
+@pytest.fixture(scope="session")
 def gim_tiny_run_made(tmp_path_factory):
-    """(folder, {file: SHA-256}) of paper C's whole tiny DAG, made once per pytest run
-    (made_once: once for both workers too): the README's tiny run
-    (golden_suite.GIM_TINY_RUN: config/test.yaml, papers=[gim], device auto, which is the
-    CPU on a machine without CUDA) in a fresh folder, on the committed checkpoints
+    """(folder, {file: SHA-256}) of paper C's whole tiny DAG (made_run): the README's tiny
+    run (golden_suite.GIM_TINY_RUN: config/test.yaml, papers=[gim], device auto, which is
+    the CPU on a machine without CUDA) in a fresh folder, on the committed checkpoints
     (nothing trains), started as tests/test_docs.py starts the documents' commands (from
     the repository root, SELFREPAIR_ASSUME_CUDA=1)."""
     import golden_suite as G
@@ -116,22 +132,16 @@ def gim_tiny_run_made(tmp_path_factory):
         assert not G.ran_training(r.stdout + r.stderr, "gim"), "the tiny run retrained a committed checkpoint"
         committed = G.weight_hashes(G.CHECKPOINTS, ("gim",))
         assert G.weight_hashes(d, ("gim",)) == committed and len(committed) == 3
-        return [str(d), G.tree_hashes(d)]
+        return d
 
-    d, hashes = made_once(tmp_path_factory, "gim_tiny", make)
-    return Path(d), hashes
+    return made_run(tmp_path_factory, "gim_tiny", make)
 
 
 @pytest.fixture(scope="session")
 def gim_tiny_run(gim_tiny_run_made):
-    """The shared tiny paper-C run's folder (gim_tiny_run_made), for tests that only read
-    it: a test that writes in it works on a copy. After the session every file is checked
-    to be as the run left it (and by tests/test_gim_workflow.py's last test)."""
-    import golden_suite as G
-
-    d, made = gim_tiny_run_made
-    yield d
-    assert G.tree_hashes(d) == made, f"a test changed the shared tiny run in {d}: give it a copy"
+    """The shared tiny paper-C run's folder (gim_tiny_run_made), read-only (left_as_made;
+    tests/test_gim_workflow.py's last test checks it too)."""
+    yield from left_as_made(gim_tiny_run_made)
 
 
 # The quick tier (`make test-quick`: pytest -m "not slow" with SELFREPAIR_TEST_TIER=quick)
@@ -240,9 +250,9 @@ def made_once(tmp_path_factory, name: str, make):
 
 
 # Where the suite's time goes, per test: SELFREPAIR_TEST_PROFILE=<file> appends one JSON
-# line per test (its id, worker, start (epoch seconds), wall seconds of setup+call+teardown, CPU seconds of the
-# pytest process and of the children it waited for, and how many Snakemake processes it
-# started). benchmarks/test_profile.py sums such a file by module and by kind.
+# line per test (its id, worker, start in epoch seconds, wall seconds of setup, call and
+# teardown, CPU seconds of the pytest process and of the children it waited for, and how
+# many Snakemake processes it started). tests/profile_report.py sums such a file by module.
 PROFILE = os.environ.get("SELFREPAIR_TEST_PROFILE")
 
 

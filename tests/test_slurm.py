@@ -14,8 +14,7 @@ with scancel while it runs; the same command then runs again. Checked:
 - every file under results/ is byte for byte the local run's, timings (TIMINGS) aside;
 - the cancelled job failed the run loudly (its SLURM id and state CANCELLED in the
   error; the other jobs finished), and the rerun completed it.
-Measured on a 2-core machine, lightly loaded: local 7-7.5 min, SLURM 5.3 min, rerun 46 s
-(before the local run was shared).
+What the module costs under make test's two workers: docs/TESTING.md.
 And, in seconds: with --config device=cuda a job's sbatch asks for a GPU (which the
 CPU-only test cluster refuses).
 

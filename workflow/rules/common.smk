@@ -16,12 +16,13 @@ from selfrepair.core import config_schema as _schema  # noqa: E402  imports no t
 def check_config(section, schema_name, where):
     """Validate one config section; every error names its key, before any job starts.
     Then the schema's defaults are filled in (selfrepair.core.config_schema: as
-    snakemake.utils.validate does, from the schema read once)."""
+    snakemake.utils.validate does, from the schema read once). Returns the schema."""
     schema = _yaml_text.load((SCHEMAS / schema_name).read_text())
     problems = _schema.problems(section, schema, where)
     if problems:
         raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in problems))
     _schema.fill_defaults(section, schema)
+    return schema
 
 
 if config.get("numerics") in _numerics.RENAMED:

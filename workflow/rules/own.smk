@@ -14,8 +14,7 @@ import re as _re
 from selfrepair.own import entries as _own  # noqa: E402  imports no torch
 
 OWN = config.setdefault("own", [])
-check_config(OWN, "own.schema.yaml", "own")
-_own.fill_defaults(OWN, _yaml_text.load((SCHEMAS / "own.schema.yaml").read_text()))
+_own.fill_defaults(OWN, check_config(OWN, "own.schema.yaml", "own"))
 _problems = _own.problems(OWN)
 if _problems:
     raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
