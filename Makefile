@@ -102,8 +102,8 @@ reference: env
 	for t in agreement ioi_label_sweep ioi_backup_recall; do \
 	  cp results/groundtruth/tables/$$t.csv results/reference/groundtruth_$$t.csv; done
 	$(BIN)/python scripts/models_manifest.py write --out results/reference/models.csv
-	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
+	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python -m selfrepair.tooling.readme_table
 
 # Retrain reference models and compare their bits with results/reference/models.csv:

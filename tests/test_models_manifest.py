@@ -74,6 +74,20 @@ def test_provenance_keeps_the_row_of_a_table_committed_unchanged(tmp_path):
     assert got.loc["edited.csv", "numerics"] == G.TRAIN_NUMERICS
 
 
+def test_make_reference_stamps_provenance_after_writing_every_table_it_names():
+    """provenance keeps the row of a table that equals its committed bytes, so it must run
+    after every command that writes into results/reference/: run before runtime.csv was
+    rewritten, it kept runtime.csv's row of the previous run (984b1a3)."""
+    plan = subprocess.run(["make", "-n", "reference"], cwd=G.ROOT, capture_output=True, text=True, check=True)
+    lines = plan.stdout.splitlines()
+    at = [i for i, line in enumerate(lines) if "models_manifest.py provenance" in line]
+    assert len(at) == 1, plan.stdout
+    named = lines[at[0]].split("provenance", 1)[1].split()
+    assert {"models.csv", "runtime.csv", "published_summary.csv"} <= set(named)
+    late = [line for line in lines[at[0] + 1 :] if "results/reference/" in line]
+    assert late == [], f"written after the provenance was stamped: {late}"
+
+
 def test_expectation_follows_the_mode_the_vendor_and_the_fingerprints(monkeypatch):
     monkeypatch.setattr(numerics, "can_pin", lambda: True)
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
