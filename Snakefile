@@ -26,6 +26,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/lms.smk"
 include: "workflow/rules/heroes.smk"
 include: "workflow/rules/heroes_grid.smk"
 include: "workflow/rules/coax.smk"

@@ -30,7 +30,7 @@ if config.get("numerics") in _numerics.RENAMED:
         f"invalid config:\n  numerics: {_numerics.RENAMED[config['numerics']]}"
     )
 check_config(config, "config.schema.yaml", "")
-for _paper in ("heroes", "coax", "gim", "groundtruth"):
+for _paper in ("heroes", "coax", "gim", "groundtruth", "lms"):
     if (SCHEMAS / f"{_paper}.schema.yaml").exists():
         config.setdefault(_paper, {})
         check_config(config[_paper], f"{_paper}.schema.yaml", _paper)
@@ -159,7 +159,7 @@ def register(paper, files):
 
 def all_targets():
     out = []
-    for p in PAPERS + ["groundtruth", "own"]:
+    for p in PAPERS + ["lms", "groundtruth", "own"]:
         out.extend(TARGETS.get(p, []))
     out.append("results/published/summary.csv")
     return out
