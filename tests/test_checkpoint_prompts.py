@@ -14,6 +14,8 @@ offline, each booted through ``load_bridge`` by the real-model rules:
   real merges are not on this machine; the prompts' words are one token each in it too);
 - ``smol``: a Llama with a byte-level BPE that has a BOS token its call does not add
   (SmolLM2's: ``<|im_start|>``, id 1);
+- ``pythia``: a GPT-NeoX whose BOS, EOS and UNK are one ``<|endoftext|>`` (id 0), not
+  added by its call (Pythia's);
 - ``bos``: a Llama whose tokenizer's call puts BOS first (as Llama's and Gemma's do).
 """
 
@@ -78,12 +80,20 @@ def _save_gpt2_tokenizer(folder):
     return len(vocab)
 
 
-def _save_llama_tokenizer(folder, adds_bos: bool, split=()):
+# special tokens (unk, bos, eos) of the byte-level BPE tokenizers below, by convention
+SPECIALS = {
+    "smol": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],  # SmolLM2's: BOS <|im_start|>, not added
+    "pythia": ["<|endoftext|>", "<|endoftext|>", "<|endoftext|>"],  # Pythia's: one token for all, not added
+    "bos": ["<unk>", "<s>", "</s>"],  # added first by the call, as Llama's and Gemma's
+}
+
+
+def _save_bpe_tokenizer(folder, kind: str, split=()):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] if not adds_bos else ["<unk>", "<s>", "</s>"]
-    vocab, merges = _bpe(specials, split)
+    specials, adds_bos = SPECIALS[kind], kind == "bos"
+    vocab, merges = _bpe(list(dict.fromkeys(specials)), split)
     tk = Tokenizer(models.BPE(vocab, merges))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
@@ -100,7 +110,14 @@ def _save_llama_tokenizer(folder, adds_bos: bool, split=()):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     root = tmp_path_factory.mktemp("checkpoints")
     torch.manual_seed(0)
@@ -108,17 +125,21 @@ def folders(tmp_path_factory):
         root / "gpt2"
     )
     assert _save_gpt2_tokenizer(root / "gpt2") == 50257
-    for name, adds in (("smol", False), ("bos", True)):
-        v = _save_llama_tokenizer(root / name, adds)
+    for name in ("smol", "bos"):
+        v = _save_bpe_tokenizer(root / name, name)
         cfg = LlamaConfig(vocab_size=v, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                           num_key_value_heads=1, intermediate_size=32, max_position_embeddings=64,
                           bos_token_id=1, eos_token_id=2)  # fmt: skip
         LlamaForCausalLM(cfg).save_pretrained(root / name)
+    v = _save_bpe_tokenizer(root / "pythia", "pythia")
+    GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=v, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=64, bos_token_id=0,
+                                     eos_token_id=0)).save_pretrained(root / "pythia")  # fmt: skip
     return root
 
 
 # the BOS each folder's tokenizer has, and whether the release's tokenizer(prompt) adds it
-BOS = {"gpt2": (50256, False), "smol": (1, False), "bos": (1, True)}
+BOS = {"gpt2": (50256, False), "smol": (1, False), "pythia": (0, False), "bos": (1, True)}
 
 
 def _release_ids(folder, n: int, seed: int):
@@ -184,7 +205,7 @@ def test_names_a_tokenizer_splits_are_not_drawn(tmp_path, caplog):
     """A tokenizer that splits some of the release's names: the prompts are drawn, in
     the release's order, from the names it keeps whole (in the list's order), logged."""
     split = ("Sid", "Anna", "Emma")
-    _save_llama_tokenizer(tmp_path, adds_bos=True, split=split)
+    _save_bpe_tokenizer(tmp_path, "bos", split=split)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tmp_path))
