@@ -53,7 +53,7 @@ from selfrepair.coax import baselines, induction_experiment, ioi_experiment, rea
 from selfrepair.coax import score as coax  # noqa: E402
 from selfrepair.core import numerics  # noqa: E402
 from selfrepair.core.components import head_components, parse  # noqa: E402
-from selfrepair.core.models import load_bridge  # noqa: E402
+from selfrepair.core.models import checkpoint_tokenizer, load_bridge  # noqa: E402
 from selfrepair.tasks import ioi  # noqa: E402
 
 
@@ -157,7 +157,7 @@ def phase_rows(ph: Phases, floors: dict, total: float) -> list[dict]:
 
 def ioi_part(bridge, a, heads) -> list[dict]:
     """run_ioi on one prompt set, each phase against its floor."""
-    prompts = ioi.gpt2_prompts(bridge.tokenizer, a.prompts, a.seed)
+    prompts = ioi.gpt2_prompts(a.tokenizer, a.prompts, a.seed)
     nl, nh = bridge.cfg.n_layers, bridge.cfg.n_heads
     if (nl, nh) == (12, 12):
         prim = [parse(n) for n in ioi.GPT2_NAME_MOVERS]
@@ -214,10 +214,10 @@ def wakeup_part(bridge, a, heads) -> list[dict]:
         ph.wrap(real_models, "wake_up_curve", "wake"),
     ]
     t0 = time.perf_counter()
-    real_models._run_wakeup(bridge, "gpt2", real, {"n_primary": n_primary}, "v2", 192, "cpu", 2048, 30.0)
+    real_models._run_wakeup(bridge, a.tokenizer, "gpt2", real, {"n_primary": n_primary}, "v2", 192, "cpu", 2048, 30.0)
     total = time.perf_counter() - t0
     ph.close(undo)
-    pr = ioi.gpt2_prompts(bridge.tokenizer, a.prompts, 21)  # real_models._run_wakeup's prompt set
+    pr = ioi.gpt2_prompts(a.tokenizer, a.prompts, 21)  # real_models._run_wakeup's prompt set
     f_set = plain_forward_per_row(bridge, pr.tokens) * pr.tokens.shape[0]
     floors = {
         "singles": (1 + len(heads)) * f_set,
@@ -262,6 +262,7 @@ def main(argv=None):
     harness.start(a)
     folder = real_size.stand_in(Path(a.model))
     bridge = load_bridge(folder)
+    a.tokenizer = checkpoint_tokenizer(folder)  # the prompts' tokenizer, as real_models takes it
     nl, nh = bridge.cfg.n_layers, bridge.cfg.n_heads
     heads = head_components(nl, nh)
     print(f"model {folder}: {nl} layers x {nh} heads, vocabulary {bridge.cfg.d_vocab}, "

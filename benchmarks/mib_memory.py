@@ -137,7 +137,7 @@ def _positions(folder: str, data: Path, n: int) -> int:
     from selfrepair.gim.localization import _model_tokenizer
     from selfrepair.tasks import mib
 
-    return mib.load("ioi", _model_tokenizer(folder, None, None), n, [str(data)]).clean.shape[1]
+    return mib.load("ioi", _model_tokenizer(folder, None), n, [str(data)]).clean.shape[1]
 
 
 def needs_table(positions: int) -> pd.DataFrame:

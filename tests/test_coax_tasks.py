@@ -392,7 +392,8 @@ def test_one_failing_model_costs_its_row_not_the_others(tiny_real_models, tmp_pa
         real_models.run_real_models(real, ioi_cfg, ind_cfg, "v2", 16, tmp_path, "cpu")
     )
     st = status.set_index(["experiment", "model"])
-    length = ioi.gpt2_prompts(models.load_bridge(tiny_real_models / "tiny-gpt2").tokenizer, 8, 1).tokens.shape[1]
+    length = ioi.gpt2_prompts(models.checkpoint_tokenizer(tiny_real_models / "tiny-gpt2"), 8, 1).tokens.shape[1]
+    assert length == 14  # the checkpoint's tokenizer adds no BOS (the bridge's would: 15)
     short = f"not run: the IOI prompts are {length} tokens long, longer than tiny-short's context of 8 tokens (n_ctx)"
     assert st.loc[("ioi", "tiny-short"), "reason"] == short
     assert st.loc[("wakeup", "tiny-short"), "reason"] == short
@@ -449,7 +450,7 @@ def test_release_vocab_bounds_v2_on_a_padded_vocabulary(tiny_real_models):
     E_p0[dz])^2 on those 42 logits."""
     bridge = models.load_bridge(tiny_real_models / "tiny-gpt2", "cpu")
     assert int(bridge.cfg.d_vocab) == 60 and coax.release_vocab(bridge) == bridge.tokenizer.vocab_size == 42
-    tokens = ioi.gpt2_prompts(bridge.tokenizer, 6, seed=1).tokens
+    tokens = ioi.gpt2_prompts(models.checkpoint_tokenizer(tiny_real_models / "tiny-gpt2"), 6, seed=1).tokens
     from selfrepair.core.components import head_components
 
     head = head_components(2, 4)[5]

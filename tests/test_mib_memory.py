@@ -39,7 +39,7 @@ def test_resolve_follows_mib_per_model_and_device():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_dtype_switch_loads_and_scores_each_architecture(tiny, arch):
     paths, data_dir = tiny
-    tok = localization._model_tokenizer(paths[arch], None, None)
+    tok = localization._model_tokenizer(paths[arch], None)
     data = mib.load("ioi", tok, 4, [data_dir])
     default = load_bridge(paths[arch])
     f32 = load_bridge(paths[arch], dtype=torch.float32)
@@ -143,7 +143,7 @@ def _plans(paths, arch, data_dir):
     from pathlib import Path
 
     shape = memory.Shape.from_config(json.loads((Path(paths[arch]) / "config.json").read_text()))
-    data = mib.load("ioi", localization._model_tokenizer(paths[arch], None, None), 8, [data_dir])
+    data = mib.load("ioi", localization._model_tokenizer(paths[arch], None), 8, [data_dir])
     return {
         b: memory.plan(shape, "eap", b, data.clean.shape[1], "float32", "cpu", False)["total"] for b in (1, 2, 4, 8)
     }

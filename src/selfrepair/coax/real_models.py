@@ -19,6 +19,7 @@ from selfrepair.core.models import (
     ModelNotFound,
     WeightsChanged,
     check_context,
+    checkpoint_tokenizer,
     load_identified,
 )
 from selfrepair.core.progress import Progress
@@ -55,12 +56,14 @@ def _fit_rows(bridge, length: int, max_rows: int) -> int:
 
 class _Models:
     """Each real model booted once, offline; a model that cannot be booted is remembered
-    with its error. ``where(name)`` is the folder and identity hash of a booted model."""
+    with its error. ``where(name)`` is the folder and identity hash of a booted model,
+    ``tokenizer(name)`` its checkpoint's own tokenizer (:func:`checkpoint_tokenizer`)."""
 
     def __init__(self, search_paths, device):
         self.search_paths, self.device = list(search_paths or []), device
         self.cache: dict = {}
         self.info: dict = {}
+        self.tokenizers: dict = {}
 
     def boot(self, name):
         if name not in self.cache:
@@ -83,6 +86,14 @@ class _Models:
 
     def where(self, name) -> tuple[str, str]:
         return self.info.get(name, ("", ""))
+
+    def tokenizer(self, name):
+        """The booted model's own tokenizer, as COAX's release loads it (its own BOS
+        behaviour), not the bridge's, which TransformerLens reloads adding BOS."""
+        if name not in self.tokenizers:
+            self.boot(name)
+            self.tokenizers[name] = checkpoint_tokenizer(self.info[name][0])
+        return self.tokenizers[name]
 
     def drop(self, name) -> None:
         """Free a model no later experiment needs (GPT-2 large is 3 GB in fp32)."""
@@ -119,16 +130,17 @@ def _attempt(rows: list, models: _Models, name: str, experiment: str, run) -> bo
     return ok
 
 
-def _prompts(bridge, name: str, real: dict, seed: int, device):
-    pr = ioi.gpt2_prompts(bridge.tokenizer, real["n_prompts"], seed, style=real.get("prompt_style", "authors"))
+def _prompts(bridge, tokenizer, name: str, real: dict, seed: int, device):
+    """The IOI prompts of ``seed``, tokenized by the checkpoint's own ``tokenizer``."""
+    pr = ioi.gpt2_prompts(tokenizer, real["n_prompts"], seed, style=real.get("prompt_style", "authors"))
     check_context(bridge, pr.tokens.shape[1], "the IOI prompts", name)
     return pr.to(device)
 
 
-def _run_ioi(b, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows, every) -> str:
+def _run_ioi(b, tok, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows, every) -> str:
     heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
     parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
-    truth_prompts = _prompts(b, name, real, 5, device)
+    truth_prompts = _prompts(b, tok, name, real, 5, device)
     mr = _fit_rows(b, truth_prompts.tokens.shape[1], max_rows)
     seeds = list(real["data_seeds"])
     with Progress(name, "ioi", len(seeds), every) as prog:
@@ -136,7 +148,7 @@ def _run_ioi(b, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows,
         prim, back, how = _ioi_heads_for(b, truth_prompts, heads, ioi_cfg["n_primary"], ioi_cfg["backup_frac"], mr)
         for ds in seeds:
             with prog.stage(f"data seed {ds}"):
-                pr = _prompts(b, name, real, ds, device)
+                pr = _prompts(b, tok, name, real, ds, device)
                 res = ioi_experiment.run_ioi(
                     b, pr, heads, prim, back, protocol, top_r, ioi_cfg["top_k"],
                     ioi_cfg["k_recovered"] or len(back), ioi_cfg["wake_min"], ioi_cfg["ig_steps"], mr,
@@ -154,9 +166,9 @@ def _run_ioi(b, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows,
     return f"heads: {how}; primaries {' '.join(h.name for h in prim)}"
 
 
-def _run_wakeup(b, name, real, ioi_cfg, protocol, top_r, device, max_rows, every) -> pd.DataFrame:
+def _run_wakeup(b, tok, name, real, ioi_cfg, protocol, top_r, device, max_rows, every) -> pd.DataFrame:
     heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
-    pr = _prompts(b, name, real, 21, device)
+    pr = _prompts(b, tok, name, real, 21, device)
     mr = _fit_rows(b, pr.tokens.shape[1], max_rows)
     with Progress(name, "wakeup", 3, every) as prog:
         prog.watch(b)
@@ -233,7 +245,10 @@ def run_real_models(
     name = real["ioi_model"]
     _attempt(
         rows, models, name, "ioi",
-        lambda: _run_ioi(models.boot(name), name, real, ioi_cfg, protocol, top_r, out_dir, device, max_rows, every),
+        lambda: _run_ioi(
+            models.boot(name), models.tokenizer(name), name, real, ioi_cfg, protocol, top_r, out_dir, device,
+            max_rows, every,
+        ),
     )  # fmt: skip
     done_with(name, 0)
 
@@ -241,9 +256,8 @@ def run_real_models(
     for i, name in enumerate(real["wakeup_models"]):
 
         def wake(name=name):
-            wake_rows.append(
-                _run_wakeup(models.boot(name), name, real, ioi_cfg, protocol, top_r, device, max_rows, every)
-            )
+            b, tok = models.boot(name), models.tokenizer(name)
+            wake_rows.append(_run_wakeup(b, tok, name, real, ioi_cfg, protocol, top_r, device, max_rows, every))
             return f"{len(wake_rows[-1])} wake-up rows"
 
         _attempt(rows, models, name, "wakeup", wake)

@@ -189,6 +189,21 @@ def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> P
     return found
 
 
+def checkpoint_tokenizer(folder_or_name: str | Path, search_paths: list[str] | None = None):
+    """The checkpoint's own tokenizer, loaded as COAX's release loads it
+    (``AutoTokenizer.from_pretrained(folder)``, offline), with its own special tokens:
+    its call adds what its files say (no BOS on GPT-2 or Pythia, BOS first on Gemma).
+
+    Prompts for real models are tokenized with this, never with ``bridge.tokenizer``:
+    TransformerLens 4 reloads a tokenizer that has a BOS token with ``add_bos_token=True``
+    (``get_tokenizer_with_bos``), so the bridge's tokenizer puts BOS (GPT-2's 50256,
+    SmolLM2's ``<|im_start|>``) before prompts whose own tokenizer adds none."""
+    from transformers import AutoTokenizer
+
+    folder = resolve_local(str(folder_or_name), search_paths)
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
 def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None, dtype=None):
     """Boot a local model through ``TransformerBridge.boot_transformers``, offline (in ``dtype`` if given)."""
     from transformer_lens.model_bridge import TransformerBridge

@@ -194,8 +194,9 @@ def top_edges(graph: Graph, scores: torch.Tensor, n: int, absolute: bool, prune:
     ``std::sort`` on (score, flat index) pairs, an introsort: with at most 16 entries
     ties keep the lower flat index first; beyond 16 its partitions reorder ties, the
     same way on every run (a function of the scores alone; tested against the algorithm
-    written out in ``tests/std_sort.py``), but not by index. On a GPU torch sorts
-    otherwise, so MIB's GPU runs may keep other tied edges."""
+    written out in ``tests/std_sort.py``), but not by index. MIB's GPU runs sort on the
+    CPU too (EAP-IG keeps ``graph.scores`` on the CPU), as ours do (every method's
+    scores are on the CPU), so GPU runs keep these edges as well."""
     s = scores.abs() if absolute else scores.clone()
     s = s.masked_fill(~graph.valid, float("-inf")).flatten()
     mask = torch.zeros_like(s, dtype=torch.bool)

@@ -184,17 +184,20 @@ def check_supported(bridge) -> None:
                 )
 
 
-def _model_tokenizer(model: str, search_paths, bridge):
+def _model_tokenizer(model: str, search_paths):
     """The model folder's own ``tokenizer.json`` read directly (``AutoTokenizer`` in
-    transformers 5 maps some model types to a fixed tokenizer class), else the bridge's."""
+    transformers 5 maps some model types to a fixed tokenizer class: Qwen2's rebuilds
+    itself and drops a word-level stand-in's words), else the checkpoint's own tokenizer
+    (:func:`models.checkpoint_tokenizer`). Either way the checkpoint's own special tokens;
+    never the bridge's tokenizer, which TransformerLens reloads with ``add_bos_token=True``."""
     from transformers import PreTrainedTokenizerFast
 
-    from selfrepair.core.models import resolve_local
+    from selfrepair.core.models import checkpoint_tokenizer, resolve_local
 
     folder = resolve_local(model, search_paths)
     if (folder / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(folder))
-    return bridge.tokenizer
+    return checkpoint_tokenizer(folder)
 
 
 MIB_STATUS_COLUMNS = ["model", "dataset", "status", "reason", "folder", "identity", "dtype", "batch_size", "plan"]
@@ -226,7 +229,7 @@ def _prepare(model: str, device: str, search_paths, dtype: str, budget: float):
     except Exception as err:
         err.where = where  # the status rows name what was found before the failure
         raise
-    return bridge, _model_tokenizer(model, search_paths, bridge), where, shape, config
+    return bridge, _model_tokenizer(model, search_paths), where, shape, config
 
 
 def _resident_embedding(config: dict, dtype: str, device: str) -> bool:

@@ -37,7 +37,7 @@ def _pairs(bridge, folder, s: dict):
                 f"built-in task {task} uses token ids up to {top}; the model's vocabulary has {bridge.cfg.d_vocab}"
             )
     else:
-        data, dropped, n_rows = load_pairs(task, _model_tokenizer(str(folder), None, bridge), n)
+        data, dropped, n_rows = load_pairs(task, _model_tokenizer(str(folder), None), n)
     check_context(bridge, data.clean.shape[1], f"the pairs of {task}", s["model"])
     return data, dropped, n_rows
 

@@ -11,10 +11,16 @@ positions, and the IOI metric is logit[IO] - logit[S] at the last prompt positio
 
 - ``"authors"`` (default): as COAX release 2.1.0 builds them (``ioi_prompts`` in
   ``src/curvgraph/circuits.py``, tokenized by ``tokenizer(prompt)`` in
-  ``backup_recovery_full.py``): the tokenizer's own special tokens (none on GPT-2,
-  so no BOS there; BOS first on Llama, Gemma, OLMo), ``numpy.random.default_rng(seed)``, per
-  prompt IO and S drawn without replacement from the names, then a place, then an
-  object; every drawn prompt is kept, IO/S ids are the first token of " " + name;
+  ``backup_recovery_full.py`` with the checkpoint's ``AutoTokenizer``): the tokenizer's
+  own special tokens (no BOS from GPT-2's, Pythia's or SmolLM2's; BOS first from
+  Gemma's, Llama's, OLMo's), ``numpy.random.default_rng(seed)``, per prompt IO and S
+  drawn without replacement from the names, then a place, then an object; every drawn
+  prompt is kept, IO/S ids are the first token of " " + name. Pass the checkpoint's
+  own tokenizer (``core.models.checkpoint_tokenizer``), not a TransformerLens bridge's:
+  the bridge reloads a tokenizer that has a BOS token so that it adds it (GPT-2's
+  50256, SmolLM2's ``<|im_start|>``). The release's names are all one token in GPT-2's
+  tokenizer; a tokenizer that splits some (none of the 16 in SmolLM2's or Gemma-3's) has
+  them drawn from its one-token names only (:func:`single_token_names`, logged);
 - ``"bos-torch"`` (this project's earlier default): a BOS first, torch's generator,
   names the tokenizer splits left out and prompts of another length skipped.
 
@@ -25,12 +31,15 @@ training data, for ``core.train.train_gpt2_head_dropout``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from selfrepair.tasks.sequences import Batch
+
+log = logging.getLogger(__name__)
 
 NAMES = [
     "John",
@@ -158,9 +167,10 @@ def gpt2_prompts(tokenizer, n: int, seed: int, style: str = "authors") -> IOIPro
 
     ``style`` (see the module docstring): ``"authors"``, the COAX release's prompts
     (numpy's ``default_rng``; the text tokenized with the tokenizer's special tokens, as
-    the release's ``tokenizer(prompt)`` does: none on GPT-2, BOS first where the
-    tokenizer adds it; ValueError when the tokenizer gives the drawn prompts different
-    lengths, as they cannot be stacked), or ``"bos-torch"``, this
+    the release's ``tokenizer(prompt)`` does: with the checkpoint's own tokenizer, none on
+    GPT-2, BOS first where that tokenizer adds it; names it splits are not drawn;
+    ValueError when the tokenizer gives the drawn prompts different lengths, as they
+    cannot be stacked), or ``"bos-torch"``, this
     project's earlier prompts (BOS, torch's generator, single-token names only).
     """
     if style == "authors":
@@ -174,21 +184,57 @@ def _first_token(tokenizer, word: str) -> int:
     return tokenizer.encode(" " + word, add_special_tokens=False)[0]
 
 
+def single_token_names(tokenizer) -> list[str]:
+    """The release's names (:data:`NAMES`, in order) that ``tokenizer`` makes one token
+    with the leading space they have in the prompts: all 16 in GPT-2's, SmolLM2's and
+    Gemma-3's tokenizers."""
+    return [w for w in NAMES if len(tokenizer.encode(" " + w, add_special_tokens=False)) == 1]
+
+
+def adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer's own call (``tokenizer(text)``, as the release tokenizes)
+    puts its BOS token first: False for GPT-2's and SmolLM2's, True for Gemma-3's."""
+    bos = tokenizer.bos_token_id
+    return bos is not None and tokenizer.encode("When", add_special_tokens=True)[:1] == [bos]
+
+
+# Each packaged LM's BOS choice for IOI (True: BOS first), measured by benchmarks/ioi_bos.py
+# on 3 x 100 "authors" prompts: the convention its own tokenizer's call has, so no choice
+# beyond the tokenizer is needed (adds_bos(tokenizer) == MEASURED_BOS[name]). SmolLM2-135M:
+# accuracy 1.00 and mean logit difference 4.70 without BOS, 1.00 and 4.39 with <|im_start|>;
+# Gemma-3-270M: 1.00 and 4.66 with <bos>, 0.09 and -3.55 without (docs/papers/paper-b.md).
+MEASURED_BOS = {"smollm2-135m": False, "gemma-3-270m": True}
+
+
+def _authors_names(tokenizer) -> list[str]:
+    names = single_token_names(tokenizer)
+    if len(names) < 2:
+        raise ValueError("the tokenizer splits the IOI names; fewer than 2 are one token")
+    if len(names) < len(NAMES):
+        log.warning(
+            "the tokenizer splits %d of the release's %d names (%s): IOI prompts drawn from the other %d",
+            len(NAMES) - len(names), len(NAMES), ", ".join(w for w in NAMES if w not in names), len(names),
+        )  # fmt: skip
+    return names
+
+
 def _authors_prompts(tokenizer, n: int, seed: int) -> IOIPrompts:
     # The release draws, for each prompt in turn: two distinct names (the first is IO,
     # the second S), one place, one object, all with Generator.choice on its lists;
     # it keeps every prompt and tokenizes the text as the tokenizer's call does, special
     # tokens included (GPT-2's adds none; Llama's, Gemma's, OLMo's put BOS first).
+    # Names the tokenizer splits are left out of the list (none on GPT-2: the release's).
+    names = _authors_names(tokenizer)
     rng = np.random.default_rng(seed)
     toks, ios, ss = [], [], []
     for _ in range(n):
-        i_io, i_s = (int(k) for k in rng.choice(len(NAMES), size=2, replace=False))
+        i_io, i_s = (int(k) for k in rng.choice(len(names), size=2, replace=False))
         place = PLACES[int(rng.choice(len(PLACES)))]
         obj = OBJECTS[int(rng.choice(len(OBJECTS)))]
-        text = GPT2_TEMPLATE.format(IO=NAMES[i_io], S=NAMES[i_s], P=place, O=obj)
+        text = GPT2_TEMPLATE.format(IO=names[i_io], S=names[i_s], P=place, O=obj)
         toks.append(tokenizer.encode(text, add_special_tokens=True))
-        ios.append(_first_token(tokenizer, NAMES[i_io]))
-        ss.append(_first_token(tokenizer, NAMES[i_s]))
+        ios.append(_first_token(tokenizer, names[i_io]))
+        ss.append(_first_token(tokenizer, names[i_s]))
     lengths = sorted({len(t) for t in toks})
     if len(lengths) > 1:
         raise ValueError(
