@@ -414,3 +414,14 @@ def test_one_edge_patch_through_the_post_norms(gemma3):
             assert torch.allclose(run_circuit(bridge, graph, data, mask), want, atol=1e-5), edge
             assert (want - base).abs().max() > 1e-4, edge
             assert eactp[index[edge]].item() == pytest.approx((base - want).mean().item(), abs=1e-5), edge
+
+
+def test_empty_and_full_circuit_are_the_corrupted_and_clean_runs(gemma3_gqa):
+    bridge, hf = gemma3_gqa
+    graph = Graph.from_bridge(bridge)
+    data = _data()
+    with torch.no_grad():
+        clean, corr = logit_diff(hf(data.clean).logits, data), logit_diff(hf(data.corrupt).logits, data)
+    assert torch.allclose(run_circuit(bridge, graph, data, torch.zeros_like(graph.valid)), corr, atol=1e-5)
+    assert torch.allclose(run_circuit(bridge, graph, data, graph.valid.clone()), clean, atol=1e-5)
+    assert (clean - corr).abs().max() > 1e-3
