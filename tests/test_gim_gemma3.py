@@ -425,3 +425,16 @@ def test_empty_and_full_circuit_are_the_corrupted_and_clean_runs(gemma3_gqa):
     assert torch.allclose(run_circuit(bridge, graph, data, torch.zeros_like(graph.valid)), corr, atol=1e-5)
     assert torch.allclose(run_circuit(bridge, graph, data, graph.valid.clone()), clean, atol=1e-5)
     assert (clean - corr).abs().max() > 1e-3
+
+
+def test_gim_forward_is_the_models_own_bit_for_bit(gemma3_gqa):
+    """edge_scores records the node activations in the gradient's forward: under GIM the
+    logits of a Gemma-3 (its q/k norms and post-norms swapped for frozen-scale copies,
+    split q/k/v inputs on) must be the plain forward's bits."""
+    bridge, _ = gemma3_gqa
+    toks = _data().clean
+    with prepared(bridge):
+        with torch.no_grad():
+            plain = bridge(toks)
+        with gim(bridge, GIMConfig()):
+            assert torch.equal(bridge(toks), plain)
