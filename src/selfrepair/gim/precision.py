@@ -16,9 +16,9 @@ from pathlib import Path
 SETTINGS = ("auto", "mib", "float32", "bfloat16")
 
 # config.json's model_type -> the dtype MIB's circuit track loads it in; any other
-# architecture (the project's toys) keeps float32. MIB has no Gemma-3: it takes Gemma-2's
-# bfloat16, the dtype Google's Gemma-3 checkpoints are saved in, so that a Gemma-3 run
-# compares with MIB's Gemma-2 runs
+# architecture (the project's toys) keeps float32. MIB has no Gemma-3: it takes MIB's
+# precision for its family, Gemma-2's bfloat16, so that a Gemma-3 run compares with
+# MIB's Gemma-2 runs
 MIB_DTYPES = {
     "gpt2": "float32",
     "qwen2": "bfloat16",
