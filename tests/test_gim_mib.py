@@ -21,6 +21,8 @@ def _models(root):
     from transformers import (
         Gemma2Config,
         Gemma2ForCausalLM,
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
         LlamaConfig,
         LlamaForCausalLM,
         Qwen2Config,
@@ -43,6 +45,10 @@ def _models(root):
         "llama": LlamaForCausalLM(LlamaConfig(**kw)),
         "qwen2": Qwen2ForCausalLM(Qwen2Config(**kw)),
         "gemma2": Gemma2ForCausalLM(Gemma2Config(**kw)),
+        # a local layer (a window of 3 keys, under prompts of 7 tokens or more) and a global one
+        "gemma3_text": Gemma3ForCausalLM(
+            Gemma3TextConfig(**kw, sliding_window=3, layer_types=["sliding_attention", "full_attention"])
+        ),
     }
     for name, m in models.items():
         save_model(m, root / name)
@@ -105,18 +111,19 @@ def test_answers_follow_mib_fields(tmp_path):
 def test_run_mib_on_tiny_architectures(tmp_path):
     paths = _models(tmp_path / "models")
     _datasets(tmp_path / "data")
-    models = [paths["gpt2"], paths["llama"], paths["qwen2"], paths["gemma2"], str(tmp_path / "absent")]
+    archs = ("gpt2", "llama", "qwen2", "gemma2", "gemma3_text")
+    models = [paths[m] for m in archs] + [str(tmp_path / "absent")]
     datasets = ["ioi", "arithmetic_addition", "copycolors_mcqa", "arc_easy"]
     status, table, curves = run_mib(
         models, datasets, ["gim"], n_eval=6, search_paths=[str(tmp_path / "data")], batch_size=6, fractions=(0.1, 1.0)
     )
     st = status.set_index(["model", "dataset"]).status
-    for m in ("gpt2", "llama", "qwen2", "gemma2"):  # Gemma-2's post-norms: MIB's convention
+    for m in archs:  # Gemma-2's and Gemma-3's post-norms: MIB's convention
         for d in ("ioi", "arithmetic_addition", "copycolors_mcqa"):
             assert st[(paths[m], d)] == "ran"
         assert st[(paths[m], "arc_easy")] == "not run"
     assert (status[status.model == str(tmp_path / "absent")].status == "not run").all()
-    assert len(table) == 4 * 3 and table[["cpr", "cmd"]].notna().all().all()
+    assert len(table) == 5 * 3 and table[["cpr", "cmd"]].notna().all().all()
     full = curves[curves.fraction == 1.0]
     assert (full.faithfulness - 1).abs().max() < 1e-3
 

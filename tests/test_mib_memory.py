@@ -1,6 +1,7 @@
 """MIB's precision (gim.mib.dtype), the memory plan, batch_size auto and the refusal
 of a job that cannot fit, on tiny models of each architecture (test_gim_mib's)."""
 
+import dataclasses
 import warnings
 
 import pytest
@@ -15,7 +16,7 @@ from selfrepair.gim.localization import localize, run_mib  # noqa: E402
 from selfrepair.tasks import mib  # noqa: E402
 from test_gim_mib import _datasets, _models  # noqa: E402
 
-ARCHS = ("gpt2", "llama", "qwen2", "gemma2")
+ARCHS = ("gpt2", "llama", "qwen2", "gemma2", "gemma3_text")  # model types; test_gim_mib's folders
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,10 @@ def tiny(tmp_path_factory):
 
 
 def test_resolve_follows_mib_per_model_and_device():
-    assert [precision.resolve("mib", a, "cpu") for a in ARCHS] == ["float32", "bfloat16", "bfloat16", "bfloat16"]
-    assert [precision.resolve("auto", a, "cuda:0") for a in ARCHS] == ["float32", "bfloat16", "bfloat16", "bfloat16"]
+    # MIB's own for GPT-2, Llama, Qwen-2 and Gemma-2; Gemma-3 (no MIB model) as Gemma-2
+    mib_own = ["float32", "bfloat16", "bfloat16", "bfloat16", "bfloat16"]
+    assert [precision.resolve("mib", a, "cpu") for a in ARCHS] == mib_own
+    assert [precision.resolve("auto", a, "cuda:0") for a in ARCHS] == mib_own
     assert {precision.resolve("auto", a, "cpu") for a in ARCHS} == {"float32"}
     assert precision.resolve("bfloat16", "gpt2", "cpu") == "bfloat16"
     assert precision.resolve("mib", "gpt_neox", "cuda") == "float32"  # not a MIB model: float32
@@ -64,8 +67,9 @@ def test_run_mib_names_each_models_dtype(tiny):
     status, table, _ = run_mib(
         models, ["ioi"], ["eap"], n_eval=4, search_paths=[data_dir], batch_size=4, fractions=(0.5, 1.0), dtype="mib"
     )
-    assert list(status.status) == ["ran"] * 4
-    assert list(status.dtype) == ["float32", "bfloat16", "bfloat16", "bfloat16"]
+    assert list(status.status) == ["ran"] * 5
+    assert list(status.dtype) == ["float32", "bfloat16", "bfloat16", "bfloat16", "bfloat16"]
+    assert status.plan.str.startswith("planned ").all()  # every one a known architecture
     assert table[["cpr", "cmd"]].notna().all().all()
 
 
@@ -101,6 +105,24 @@ def test_shape_counts_the_real_models_parameters(name):
     model_type = {"GPT2Config": "gpt2", "Qwen2Config": "qwen2", "Gemma2Config": "gemma2", "LlamaConfig": "llama"}
     shape = memory.Shape.from_config({"model_type": model_type[cls_name], **kw})
     assert abs(shape.n_params - PUBLISHED[name]) < 0.002 * PUBLISHED[name]
+
+
+def test_shape_of_gemma3_270m_by_hand():
+    """Gemma-3-270M's config.json (its keys as published): 18 layers, 4 query heads and 1
+    key/value head of 256 (q is 1024 wide, over d_model 640), MLP 2048, vocab 262,144,
+    tied. By hand: embedding 262144 * 640 = 167,772,160; per layer attention
+    640 * (1024 + 256 + 256) + 1024 * 640 = 1,638,400 and MLP 3 * 640 * 2048 = 3,932,160;
+    167,772,160 + 18 * 5,570,560 = 268,042,240 (the 268,098,176 of the checkpoint less its
+    55,936 norm weights: 18 * (4 * 640 + 2 * 256) + 640)."""
+    c = {"model_type": "gemma3_text", "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
+         "hidden_size": 640, "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144}  # fmt: skip
+    s = memory.Shape.from_config(c)
+    assert s.tied and s.qk_norm and s.n_params == 268_042_240
+    assert (s.n_forward, s.n_backward, s.grad_slots) == (1 + 18 * 5, 18 * 13 + 1, 18 * (4 + 2 + 1) + 1)
+    # the q/k norms' outputs: (4 + 1) * 256 more elements per layer than without them
+    p, no_qk = (memory.plan(x, "gim", 2, 20, "bfloat16") for x in (s, dataclasses.replace(s, qk_norm=False)))
+    assert p["autograd"] - no_qk["autograd"] == 2 * 20 * 18 * 5 * 256 * 2
+    assert not memory.Shape.from_config({**c, "model_type": "gemma2"}).qk_norm
 
 
 def test_plan_components_by_hand():

@@ -34,3 +34,34 @@ def save_toy_gpt2(folder, vocab_size: int = 20, n_ctx: int = 16, seed: int = 0):
     save_model(build_gpt2_toy(cfg, seed=seed, positional=True), folder)
     save_word_tokenizer(folder, [f"t{i}" for i in range(vocab_size)])
     return folder
+
+
+def tiny_gemma3(vocab_size: int = 50, n_kv_heads: int = 2, sliding_window: int = 3, seed: int = 0):
+    """A 2-layer Gemma-3 (d_model 16, 2 query heads of size 8, ``n_kv_heads`` key/value
+    heads, gated GELU MLP of 32): layer 0 local (a sliding window of ``sliding_window``
+    keys, the query's own included), layer 1 global, as Gemma-3 alternates them. Larger
+    weights than Gemma's init and every norm's weight (stored as an offset from 1) drawn
+    around 0, so that every edge and every norm matters; q.k unscaled (sharp attention)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=n_kv_heads,
+        head_dim=8,
+        max_position_embeddings=64,
+        initializer_range=0.3,
+        query_pre_attn_scalar=1,
+        sliding_window=sliding_window,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    model = Gemma3ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0, 0.5)
+    return model

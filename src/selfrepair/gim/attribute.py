@@ -131,7 +131,7 @@ def edge_scores(
     size, as MIB's code does (the scores are then ``"example"``'s / B with equal batches
     of B; a smaller last batch weighs its examples more).
 
-    Post-attention norms (Gemma-2): as in MIB (EAP-IG ``get_scores_eap`` and
+    Post-attention norms (Gemma-2, Gemma-3): as in MIB (EAP-IG ``get_scores_eap`` and
     ``get_scores_eap_ig`` use the same hooks on every model), a head's a_u is its
     pre-norm ``hook_result`` and dL/d(input of v) is taken at v's input, so a head edge's
     score omits the Jacobian of the post-norm in between: it is not the first-order

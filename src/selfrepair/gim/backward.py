@@ -9,9 +9,16 @@ unchanged; only gradients differ.
    softmax inside attention modules is changed (a softmax in the metric stays exact).
 2. ``freeze_norm``: every normalization's scale (LayerNorm std, RMSNorm rms; the
    final norm included) is a constant in backward (``hook_scale`` detached); the
-   forward stays the model's own bit for bit.
+   forward stays the model's own bit for bit. Query-key norms (Gemma-3's q_norm and
+   k_norm, an RMSNorm over each head's q and k before RoPE) are norms too, and frozen:
+   the paper freezes every norm, and gim-explain detaches every ``hook_scale``, theirs
+   included. Local (sliding-window) layers need nothing of their own: their mask is in
+   the scores the softmax's backward reads.
 3. ``normalize_gradients``: gradients of queries and keys x0.25, of values x0.5;
    in gated MLPs the gate and up branches x0.5 each. A plain (GELU) MLP is not scaled.
+   q and k are scaled at the projections' outputs, before any q/k norm and RoPE:
+   backward is linear in the incoming gradient (a frozen norm's Jacobian a constant),
+   so this is the scaling of what enters the attention scores.
 
 All three act on a TransformerLens 4 ``TransformerBridge`` through its hook points
 and forward hooks of its attention modules; nothing in the model is edited.
@@ -195,7 +202,9 @@ class _FrozenScaleNorm:
         return n.weight * y.to(x.dtype)
 
 
-_GEMMA_RMS_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm")  # x * rsqrt(mean x^2 + eps) * (1 + w), in float32
+# x * rsqrt(mean x^2 + eps) * (1 + w), in float32 (transformers' modeling_gemma*.py); Gemma-3's q_norm and
+# k_norm are this norm too, over each head's d_head
+_GEMMA_RMS_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
 
 
 def _native_norm(component) -> bool:

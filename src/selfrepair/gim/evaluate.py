@@ -51,7 +51,7 @@ def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
     ``in_graph``: bool [n_forward, n_backward]; ``a_corr``: forward activations of the
     corrupted run [B, T, n_forward, d].
 
-    With post-attention norms (Gemma-2, :func:`hooks.attn_post_norms`), MIB's convention
+    With post-attention norms (Gemma-2, Gemma-3, :func:`hooks.attn_post_norms`), MIB's convention
     (EAP-IG ``evaluate_graph``): the parent heads of one layer L reach v through
     N_L = ln1_post, so v's input gets instead, per layer,
     N_L(pre_L(now) - sum_{h out} (r_h(now) - r_h(corrupt))) - N_L(pre_L(now)), pre_L the

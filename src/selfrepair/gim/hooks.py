@@ -8,7 +8,7 @@ an MLP's ``blocks.L.hook_mlp_out``; a head's q/k/v input is
 ``blocks.L.hook_{q,k,v}_input[:, :, H]``, an MLP's input ``blocks.L.hook_mlp_in``, the
 logits' input ``ln_final.hook_in`` (:meth:`Graph.backward_slots`).
 
-Post-attention norms (Gemma-2's ``ln1_post``): a layer's attention output is
+Post-attention norms (Gemma-2's and Gemma-3's ``ln1_post``): a layer's attention output is
 ``ln1_post(sum_h result_h + b_O)``, so a head's output reaches the residual stream only
 through a norm of the whole layer's sum. As in MIB (EAP-IG, the TransformerLens 2
 ``use_normalization_before_and_after`` path), a head node is still its pre-norm
@@ -161,7 +161,7 @@ def attn_post_norms(bridge) -> list | None:
     """Each layer's post-attention norm as the plain Hugging Face module (no hook points
     fire when it is called), or None when the model has none (GPT-2, Llama, Qwen-2).
 
-    Gemma-2: ``blocks.L.ln1_post`` (HF ``post_attention_layernorm``); its input,
+    Gemma-2, Gemma-3: ``blocks.L.ln1_post`` (HF ``post_attention_layernorm``); its input,
     ``blocks.L.ln1_post.hook_in``, is the layer's summed head outputs plus the output bias
     (:data:`POST_NORM_INPUT`), its output ``blocks.L.hook_attn_out``."""
     if f"blocks.0.{POST_NORM}.hook_in" not in bridge.hook_dict:

@@ -148,7 +148,7 @@ def localization_summary(localization: pd.DataFrame, level: float = 0.95) -> pd.
 # ---------------------------------------------------------------- MIB ------------
 def check_supported(bridge) -> None:
     """Edge patching needs every node's output to reach the residual stream additively,
-    except heads behind a post-attention norm (Gemma-2), patched by MIB's convention
+    except heads behind a post-attention norm (Gemma-2, Gemma-3), patched by MIB's convention
     (:func:`evaluate.patched`: the norm recomputed on the mixed sum of a layer's heads).
 
     NotImplementedError, naming the layer, when a post-norm is not where that convention

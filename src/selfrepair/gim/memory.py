@@ -42,7 +42,8 @@ MIB_BATCH = 20  # MIB's run_attribution default
 
 
 # transformers' default of tie_word_embeddings per model_type (config.json may omit it)
-TIED_DEFAULT = {"gpt2": True, "gemma2": True, "llama": False, "qwen2": False}
+TIED_DEFAULT = {"gpt2": True, "gemma2": True, "gemma3_text": True, "llama": False, "qwen2": False}
+QK_NORM = ("gemma3_text",)  # model types whose attention normalizes each head's q and k
 
 
 def _tied(c: dict) -> bool:
@@ -63,17 +64,18 @@ class Shape:
     gated: bool
     tied: bool
     n_ctx_learned: int  # learned positional embeddings (GPT-2), else 0
+    qk_norm: bool = False  # q and k normalized per head (Gemma-3): their norms' outputs held too
 
     @classmethod
     def from_config(cls, c: dict) -> Shape:
-        """From a Hugging Face ``config.json`` (GPT-2, Llama, Qwen-2, Gemma-2 keys)."""
+        """From a Hugging Face ``config.json`` (GPT-2, Llama, Qwen-2, Gemma-2, Gemma-3 keys)."""
         if c.get("model_type") == "gpt2":
             d = c["n_embd"]
             return cls(c["n_layer"], c["n_head"], c["n_head"], d, d // c["n_head"], c.get("n_inner") or 4 * d,
                        c["vocab_size"], False, _tied(c), c["n_positions"])  # fmt: skip
         h, d = c["num_attention_heads"], c["hidden_size"]
         return cls(c["num_hidden_layers"], h, c.get("num_key_value_heads") or h, d, c.get("head_dim") or d // h,
-                   c["intermediate_size"], c["vocab_size"], True, _tied(c), 0)  # fmt: skip
+                   c["intermediate_size"], c["vocab_size"], True, _tied(c), 0, c.get("model_type") in QK_NORM)  # fmt: skip
 
     @property
     def n_forward(self) -> int:
@@ -118,6 +120,7 @@ def plan(shape: Shape, method: str, batch: int, positions: int, dtype: str, devi
     per_layer = (
         2 * (shape.n_heads + 2 * shape.n_kv_heads) * d  # split q/k/v inputs and their norms
         + (shape.n_heads + 2 * shape.n_kv_heads) * shape.d_head  # q, k, v
+        + (shape.n_heads + shape.n_kv_heads) * shape.d_head * shape.qk_norm  # normed q, k
         + 3 * shape.n_heads * positions  # scores, pattern, its softmax's output
         + shape.n_heads * (shape.d_head + d)  # z and the per-head results
         + 4 * d  # residual stream, norms, attention and MLP outputs

@@ -83,7 +83,7 @@ def exact_edge_patching(
     activations are computed once per batch. Under grouped-query attention an edge
     into a head's k (v) input patches its group's shared input and scores that effect
     divided by the group size (the convention of :func:`edge_scores`). With
-    post-attention norms (Gemma-2) a head parent h of layer L shifts v's input by
+    post-attention norms (Gemma-2, Gemma-3) a head parent h of layer L shifts v's input by
     N_L(pre_L + r_h(corrupt) - r_h(clean)) - N_L(pre_L), pre_L the norm's clean input:
     the patching convention of :func:`evaluate.patched` (MIB's).
     """

@@ -2,7 +2,8 @@
 (``gim.mib.dtype``), resolved from the model's ``config.json`` and the device.
 
 MIB's circuit track loads Qwen, Gemma and Llama in bfloat16 and GPT-2 in float32; its
-activation buffers take the model's dtype. ``auto`` uses that precision on a GPU and
+activation buffers take the model's dtype. Gemma-3 (``gemma3_text``, not a MIB model) is
+planned and loaded as Gemma-2 is. ``auto`` uses that precision on a GPU and
 float32 on the CPU (bf16 matmuls are slow on CPUs without bf16 units, and their bits
 differ across vendors); ``mib`` uses it everywhere; ``float32`` and ``bfloat16`` force one.
 """
@@ -15,8 +16,16 @@ from pathlib import Path
 SETTINGS = ("auto", "mib", "float32", "bfloat16")
 
 # config.json's model_type -> the dtype MIB's circuit track loads it in; any other
-# architecture (the project's toys) keeps float32
-MIB_DTYPES = {"gpt2": "float32", "qwen2": "bfloat16", "gemma2": "bfloat16", "llama": "bfloat16"}
+# architecture (the project's toys) keeps float32. MIB has no Gemma-3: it takes MIB's
+# precision for its family, Gemma-2's bfloat16, so that a Gemma-3 run compares with
+# MIB's Gemma-2 runs
+MIB_DTYPES = {
+    "gpt2": "float32",
+    "qwen2": "bfloat16",
+    "gemma2": "bfloat16",
+    "gemma3_text": "bfloat16",
+    "llama": "bfloat16",
+}
 
 BYTES = {"float32": 4, "bfloat16": 2}
 
