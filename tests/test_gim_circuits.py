@@ -2,6 +2,7 @@
 
 import warnings
 from contextlib import ExitStack
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,6 +244,35 @@ def test_areas_hand_worked():
     assert cpr(x, x) == pytest.approx((1 - 0.001**2) / 2)
     assert cpr(x, np.ones_like(x)) == pytest.approx(0.999)
     assert cmd(x, np.ones_like(x)) == pytest.approx(0.0)
+
+
+def test_fractions_out_of_ascending_order_are_refused():
+    """Over descending fractions the trapezoid area changes sign: CPR 0.75 read as -0.75
+    (by hand: widths -0.5, -0.5 times mean heights 1 and 0.5)."""
+    with pytest.raises(ValueError, match=r"fractions \[1.0, 0.5, 0.0\] are not in ascending order.*\[0.0, 0.5, 1.0\]"):
+        cpr([1, 0.5, 0], [1, 1, 0])
+    with pytest.raises(ValueError, match="not in ascending order"):
+        cmd([0.1, 0.1, 1.0], [0, 1, 1])  # a repeated fraction: no order either
+
+
+def test_localize_refuses_descending_fractions_before_scoring(bridges):
+    from selfrepair.gim.localization import localize
+
+    with pytest.raises(ValueError, match=r"fractions \[1.0, 0.5, 0.1\] are not in ascending order"):
+        localize(bridges["gpt2"], _data(), "eap", (1.0, 0.5, 0.1))
+
+
+def test_the_config_refuses_descending_fractions_naming_the_key():
+    import yaml
+
+    from selfrepair.core import config_schema
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/gim.schema.yaml").read_text())
+    assert config_schema.problems({"fractions": [0.1, 0.5, 1.0]}, schema, "gim") == []
+    assert config_schema.problems({"fractions": [1.0, 0.5, 0.1]}, schema, "gim") == [
+        "gim.fractions: [1.0, 0.5, 0.1] is not in ascending order (each value must be larger than the one before; "
+        "write [0.1, 0.5, 1.0])"
+    ]
 
 
 def test_mib_json_roundtrip(tmp_path):

@@ -159,14 +159,14 @@ def test_load_pairs_reads_both_formats_and_names_each_bad_row(tmp_path):
         ("pairs.jsonl", [[b, b, c, a] for a, b, c in GOOD], [g[1] for g in GOOD], [g[2] for g in GOOD],
          ["row 6: not valid JSON", "row 7: field 'foil' is missing", "row 8: clean and corrupt prompts are 2 and 1"]),
         ("pairs.csv", [[b, b, c, a] for a, b, c in GOOD], [g[1] for g in GOOD], [g[2] for g in GOOD],
-         ["row 6: field 'foil' is missing"]),
+         ["row 6: field 'foil' is empty"]),
         ("mib_ioi.jsonl", [[a, c, c, a] for a, b, c in GOOD], [g[1] for g in GOOD], [g[0] for g in GOOD],
          ["row 6: field 'metadata' is missing"]),
     ):  # fmt: skip
-        data, dropped, usable = load_pairs(tmp_path / name, tok, 100)
+        data, dropped, usable, notes = load_pairs(tmp_path / name, tok, 100)
         assert torch.equal(data.clean, clean) and torch.equal(data.corrupt, torch.tensor(corrupt)), name
         assert data.answer.tolist() == answer and data.foil.tolist() == foil and data.pos.tolist() == [3] * 6
-        assert usable == 6 and len(dropped) == len(bad), dropped
+        assert usable == 6 and len(dropped) == len(bad) and notes == [], dropped
         for d, b in zip(dropped, bad):
             assert d.startswith(f"{tmp_path / name}: {b}"), (d, b)
         assert len(load_pairs(tmp_path / name, tok, 2)[0]) == 2  # the first n usable pairs
@@ -336,12 +336,19 @@ def test_g_vs_c_equals_paper_a_api(dag, tmp_path):
                 "own.0 (x).task: 'pairs.txt' is neither a built-in task",
             ],
         ),
+        # before: Snakemake's ChildIOException (results/own/status.csv/edges/...), no key named
+        (
+            {"name": "status.csv"},
+            ["own.0 (status.csv).name: 'status.csv' is the name of the section's own file results/own/status.csv"],
+        ),
+        ({"name": "x"}, ["own: name 'x' appears 2 times (each entry needs its own name)"]),
     ],
 )
 def test_bad_entries_stop_the_parse_naming_the_key(tmp_path, entry, messages):
     shutil.copytree(ROOT / "config", tmp_path / "config")
     e = {"name": "x", "model": "gpt2", "task": "ioi", "analyses": ["edges"], **entry}
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"own": [e]}))
+    others = [{**e, "name": "x"}] if entry.get("name") == "x" else []  # a second entry of the same name
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"own": [e, *others]}))
     r = snakemake(tmp_path, "--configfile", "config/config.yaml", str(tmp_path / "bad.yaml"), dry=True)
     assert r.returncode != 0, r.stdout[-2000:]
     for m in messages:
@@ -355,6 +362,16 @@ def test_an_empty_own_section_adds_no_job(tmp_path):
     assert r.returncode == 0 and not re.search(r"\bown_(edges|shapley|coax|g_vs_c|status)\b", r.stdout), r.stdout[
         -2000:
     ]
+
+
+@pytest.mark.slow
+def test_the_status_table_asked_for_with_an_empty_own_section_says_what_to_give(tmp_path):
+    """Before: the job failed with "ValueError: No objects to concatenate"."""
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    r = snakemake(tmp_path, "results/own/status.csv", "--configfile", "config/config.yaml", dry=True)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-2000:]
+    assert entries.EMPTY in out and "--configfile config/config.yaml config/own.yaml" in entries.EMPTY, out[-2000:]
 
 
 @pytest.mark.slow

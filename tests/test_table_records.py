@@ -7,6 +7,7 @@ hand (the issue: an edited rho.csv became "reproduced, 2 kept seeds of 2")."""
 import json
 import os
 import re
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -112,3 +113,84 @@ def test_the_curves_a_figure_draws_are_checked_in_a_real_run(tmp_path):
     assert r.returncode != 0, out[-2000:]
     assert f"TableChanged: {curves} changed since rule gim_tables wrote it" in out, out[-3000:]
     assert "snakemake --forcerun gim_tables" in out
+
+
+# ------------------------------------------ tables passed between computing rules -------
+@pytest.fixture
+def scores_written(tmp_path, monkeypatch):
+    """Paper A's intermediate tables as rule heroes_scores writes and records them, a model
+    folder without a record (a committed checkpoint seeded into the tree), and a job of
+    rule heroes_roles that reads them, launched as Snakemake launches its scripts."""
+    monkeypatch.chdir(tmp_path)
+    d = tmp_path / "results/heroes/sort/seed42"
+    (d / "model").mkdir(parents=True)
+    (d / "model/config.json").write_text("{}")
+    (d / "gradients.csv").write_text("component,G\nL0H0,0.5\nL0H1,0.25\n")
+    (d / "train_log.csv").write_text("step,loss\n0,1.0\n")  # seeded from tests/golden: no record
+    out = [f"results/heroes/sort/seed42/{f}" for f in ("gradients.csv", "ablations.csv")]
+    (d / "ablations.csv").write_text("component,C\nL0H0,0.1\nL0H1,0.2\n")
+    runtime.write_records(runtime.job_record(_smk("heroes_scores", outputs=out)))
+    monkeypatch.setattr(runtime, "_launched_from_snakemake_scripts", lambda: True)
+    monkeypatch.setattr(runtime, "_TRACKED", False)
+    monkeypatch.setattr("atexit.register", lambda *a, **k: None)  # no records written at this test's exit
+    monkeypatch.setattr("sys.excepthook", sys.excepthook)
+    inputs = [*out, "results/heroes/sort/seed42/model", "results/heroes/sort/seed42/train_log.csv"]
+    return _smk("heroes_roles", inputs=inputs, outputs=["results/heroes/sort/seed42/roles.csv"])
+
+
+def test_every_job_checks_the_recorded_tables_it_reads(scores_written, capsys):
+    runtime.track(scores_written)
+    logged = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in logged] == [
+        "checked results/heroes/sort/seed42/gradients.csv",
+        "checked results/heroes/sort/seed42/ablations.csv",
+    ]  # the model folder (checked by its selfrepair.json at load) and the seeded log: not here
+    assert "as rule heroes_scores wrote it" in logged[0]
+
+
+def test_an_edited_intermediate_table_stops_the_job_that_reads_it(scores_written, tmp_path):
+    """Edited gradients moved paper A's rho_sort from 0.96 "differs" to -0.02 "fragile",
+    without a word; the roles job now stops before it reads them."""
+    f = tmp_path / "results/heroes/sort/seed42/gradients.csv"
+    f.write_text("component,G\nL0H0,0.25\nL0H1,0.5\n")
+    with pytest.raises(runtime.TableChanged) as err:
+        runtime.track(scores_written)
+    msg = str(err.value)
+    assert msg.startswith("results/heroes/sort/seed42/gradients.csv changed since rule heroes_scores wrote it (sha256 ")
+    assert "a table that another rule reads must be what its rule wrote" in msg
+    assert msg.endswith(
+        "Undo the edit, or rerun its rule: snakemake --forcerun heroes_scores (the rules that read it rerun too)"
+    )
+
+
+def test_outside_a_snakemake_job_nothing_is_checked(scores_written, tmp_path, monkeypatch):
+    """A script run by hand (a test's stub job) reads what it is given."""
+    (tmp_path / "results/heroes/sort/seed42/gradients.csv").write_text("component,G\n")
+    monkeypatch.setattr(runtime, "_launched_from_snakemake_scripts", lambda: False)
+    runtime.track(scores_written)
+
+
+@pytest.mark.slow
+def test_edited_gradients_stop_paper_as_roles_in_a_real_run(tiny_runs, tmp_path):
+    """End to end on a copy of the shared tiny run: gradients.csv (heroes_scores') edited
+    by hand; the roles job that reads it stops, naming the file and the fix (before:
+    roles and rho were recomputed from the edit, rho_sort 0.96 "differs" -> -0.02)."""
+    import golden_suite as G
+    from conftest import copy_run
+
+    d = copy_run(tiny_runs, tmp_path / "run")
+    edited_run_stops(d, G)
+
+
+def edited_run_stops(d, G) -> None:
+    grads, roles = "results/heroes/sort/seed42/gradients.csv", "results/heroes/sort/seed42/roles.csv"
+    rec = json.loads((d / ".selfrepair/records" / (grads + ".json")).read_text())
+    assert rec["rule"] == "heroes_scores" and rec["sha256"] == runtime.sha256_file(d / grads)
+    assert f"checked {grads}: sha256 " in (d / "logs/heroes/sort/seed42/roles.log").read_text()
+    f = d / grads
+    f.write_text(f.read_text().replace("0.", "0.9", 1))  # newer than roles.csv: heroes_roles reruns
+    r = G.snakemake("--cores", "1", *G.tiny_args(d, paper=G.ALL_PAPERS), "--", roles, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-2000:]
+    assert f"TableChanged: {grads} changed since rule heroes_scores wrote it" in out, out[-3000:]
+    assert "snakemake --forcerun heroes_scores" in out

@@ -66,6 +66,11 @@ def configs(*extra):
             "gim.mib.batch_size (16) does not divide gim.mib.n_eval (100)",
         ),
         ("gim:\n  weighting: batch\n", "gim.weighting: 'batch' is not one of ['mib', 'example']"),
+        (  # CPR and CMD, areas over them, changed sign
+            "gim:\n  fractions: [1.0, 0.5, 0.1]\n",
+            "gim.fractions: [1.0, 0.5, 0.1] is not in ascending order (each value must be larger than the one "
+            "before; write [0.1, 0.5, 1.0])",
+        ),
         # a learning rate of 0 (or below) in every section that trains
         ("heroes:\n  train: {lr: 0}\n", "heroes.train.lr: 0 is less than or equal to the minimum of 0"),
         ("coax:\n  ioi:\n    train: {lr: -0.001}\n", "coax.ioi.train.lr: -0.001 is less than or equal to the minimum"),

@@ -2,6 +2,8 @@
 
 :func:`problems` names every error by its key (``gim.mib.batch_size: ... is greater than
 the maximum of 65536``), so that a bad config stops the run before any job starts;
+besides JSON Schema's keywords it reads ``ascending: true`` (a list of numbers, each
+larger than the one before: an area under a curve over them changes sign otherwise);
 :func:`fill_defaults` then writes the schema's defaults into the section in place, as
 Snakemake's ``snakemake.utils.validate`` does (jsonschema's documented recipe: a
 ``properties`` validator that sets each missing property's default, at every depth the
@@ -17,12 +19,25 @@ import jsonschema
 from jsonschema import validators
 
 
+def _ascending(validator, wanted, instance, schema):
+    """The ``ascending`` keyword: each number of the list larger than the one before."""
+    if not wanted or not validator.is_type(instance, "array"):
+        return
+    numbers = [x for x in instance if validator.is_type(x, "number")]
+    if any(b <= a for a, b in zip(numbers, numbers[1:])):
+        fixed = sorted(set(numbers))
+        yield jsonschema.ValidationError(
+            f"{instance} is not in ascending order (each value must be larger than the one before; write {fixed})"
+        )
+
+
+_CHECKER = validators.extend(jsonschema.Draft202012Validator, {"ascending": _ascending})
+
+
 def problems(section, schema: dict, where: str = "") -> list[str]:
     """Every schema error of ``section``, one line each, named by its dotted key below
     ``where`` (the section's own key; empty for the top level), sorted by key."""
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(section), key=lambda e: [str(p) for p in e.path]
-    )
+    errors = sorted(_CHECKER(schema).iter_errors(section), key=lambda e: [str(p) for p in e.path])
     out = []
     for e in errors:
         key = ".".join([where, *map(str, e.path)] if where else map(str, e.path))

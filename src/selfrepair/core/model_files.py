@@ -146,6 +146,39 @@ def _is_job_input(folder: Path) -> bool:
     return any(os.path.abspath(f) == here for f in runtime.JOB.get("inputs", []))
 
 
+def _made_here(want: Path, folder: Path) -> bool:
+    """Whether ``folder`` is the folder ``want`` a record names (relative to the working
+    directory: the folder's path, symlinks not followed, ends with it)."""
+    here = Path(os.path.normpath(os.path.abspath(folder)))
+    n = len(want.parts)
+    return here == want if want.is_absolute() else here.parts[-n:] == want.parts
+
+
+def brought_record(folder: str | Path) -> str:
+    """What the ``selfrepair.json`` of a folder the user brings (the ``own:`` section's
+    models) says against it, as a note ('' when nothing): a copy of a model the workflow
+    trained names the folder it was made for, and files changed since (fine-tuned in
+    place) differ from its hashes. Such a folder is the user's model as it is now: the
+    record is said, and it loads (not ModelElsewhere or WeightsChanged)."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    made, said = meta.get(MADE_KEY), []
+    if isinstance(made, dict) and made.get("folder") and not _made_here(Path(str(made["folder"])), folder):
+        said.append(f"rule {made.get('rule')} made it for {made['folder']} (a copy)")
+    recorded = meta.get(FILES_KEY, meta.get(WEIGHTS_KEY))
+    if isinstance(recorded, dict):
+        changed = [
+            n for n, want in sorted(recorded.items()) if not (folder / n).exists() or _sha256(folder / n) != want
+        ]
+        if changed:
+            said.append(f"{', '.join(changed)} changed since that save")
+    if not said:
+        return ""
+    return (
+        f"model folder {folder}: its selfrepair.json says {'; '.join(said)}; analysed as your own model, as it is now"
+    )
+
+
 def check_provenance(folder: str | Path, required: bool | None = None) -> None:
     """Raise ModelElsewhere when the folder's record names another folder (the model that
     rule R made for folder F is not this folder's; outside a workflow job, a warning: a
@@ -164,10 +197,7 @@ def check_provenance(folder: str | Path, required: bool | None = None) -> None:
         required = _is_job_input(folder)
     if isinstance(made, dict) and made.get("folder"):
         want = Path(str(made["folder"]))
-        here = Path(os.path.normpath(os.path.abspath(folder)))
-        n = len(want.parts)
-        ok = here == want if want.is_absolute() else here.parts[-n:] == want.parts
-        if not ok:
+        if not _made_here(want, folder):
             wc = ", ".join(f"{k}={v}" for k, v in sorted((made.get("wildcards") or {}).items()))
             what = (
                 f"model folder {folder} is not this folder's model: its selfrepair.json says rule "

@@ -36,6 +36,7 @@ from selfrepair.core.model_files import (  # noqa: E402,F401
     _check_folder,
     _recordable,
     _sha256,
+    brought_record,
     check_finite,
     check_fits,
     check_provenance,
@@ -151,17 +152,20 @@ def save_model(model, folder: str | Path, meta: dict | None = None, tokenizer=No
     runtime.write_json(folder / "selfrepair.json", {**(meta or {}), FILES_KEY: hashes})
 
 
-def load_hf(folder: str | Path, device: str = "cpu", dtype=None):
+def load_hf(folder: str | Path, device: str = "cpu", dtype=None, brought: bool = False):
     """The Hugging Face model saved in ``folder``, with clear errors when absent or broken
     (ModelNotFound, CorruptCheckpoint), holding NaN/inf weights (NonFiniteWeights), or
-    edited since ``save_model`` wrote them (WeightsChanged; hashed once per load); in ``dtype`` if given."""
+    edited since ``save_model`` wrote them (WeightsChanged; hashed once per load); in ``dtype`` if given.
+    ``brought``: a folder the user brings as their own (the ``own:`` section): a record it
+    carries from a copied workflow model is not checked (:func:`brought_record` says it)."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(folder)
     _check_folder(folder)
     check_finite(folder)  # before the hash: an edit that put a NaN in is named by tensor
-    check_unchanged(folder)
-    check_provenance(folder)
+    if not brought:
+        check_unchanged(folder)
+        check_provenance(folder)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             folder, local_files_only=True, output_loading_info=True, dtype=dtype
@@ -204,13 +208,16 @@ def checkpoint_tokenizer(folder_or_name: str | Path, search_paths: list[str] | N
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
-def load_bridge(folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None, dtype=None):
-    """Boot a local model through ``TransformerBridge.boot_transformers``, offline (in ``dtype`` if given)."""
+def load_bridge(
+    folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None, dtype=None, brought=False
+):
+    """Boot a local model through ``TransformerBridge.boot_transformers``, offline (in
+    ``dtype`` if given; ``brought``: :func:`load_hf`'s)."""
     from transformer_lens.model_bridge import TransformerBridge
 
     folder = resolve_local(str(folder_or_name), search_paths)
     _check_folder(folder)
-    hf = load_hf(folder, device, dtype)
+    hf = load_hf(folder, device, dtype, brought)
     try:
         bridge = TransformerBridge.boot_transformers(str(folder), device=device, hf_model=hf, dtype=hf.dtype)
     except Exception as err:

@@ -70,18 +70,20 @@ _FAILED = False
 
 
 class TableChanged(RuntimeError):
-    """An input of a published-claims or figure rule is not what its rule wrote."""
+    """An input of a rule is not what the rule that wrote it wrote."""
 
 
 def track(smk) -> dict:
-    """Name this job (``JOB``) and, in a job Snakemake launched, record each of its outputs
-    when it ends without an error: the rule, wildcards and parameters' SHA-256 that wrote
-    it, and its content's SHA-256 (:func:`check_inputs` reads them). Once per process."""
+    """Name this job (``JOB``) and, in a job Snakemake launched, check the files it reads
+    that other rules wrote (:func:`check_inputs`, not strict), and record each of its
+    outputs when it ends without an error: the rule, wildcards and parameters' SHA-256 that
+    wrote it, and its content's SHA-256. Once per process."""
     global JOB, _TRACKED
     JOB = job_record(smk)
     if not _TRACKED and _launched_from_snakemake_scripts():
         import atexit
 
+        check_inputs(smk, strict=False)
         _TRACKED = True
         hook = sys.excepthook
 
@@ -127,17 +129,22 @@ def write_records(job: dict | None) -> None:
         write_json(rec, {"file": out, **entry, "sha256": content_sha256(out)})
 
 
-def check_inputs(smk, under: str = "results") -> list[str]:
+def check_inputs(smk, under: str = "results", strict: bool = True) -> list[str]:
     """Refuse (TableChanged, naming the file and the fix) an input under ``under`` whose
     content differs from what its rule wrote (its record), or that has no record (not
     written by a rule of this workflow in this folder). Returns one line per checked input,
-    for the job's log. What the published claims and the figures call before reading."""
+    for the job's log. What the published claims and the figures call before reading.
+    Not ``strict`` (what every job checks first, :func:`track`): files with a record only;
+    folders (a model folder: each load checks its ``selfrepair.json``) and files without
+    one (committed checkpoints' logs seeded into a results tree) are left to the job."""
     lines = []
     for inp in map(str, smk.input):
         rel = os.path.normpath(os.path.relpath(os.path.abspath(inp)))
         if rel.split(os.sep)[0] != under or not Path(inp).exists():
             continue
         rec = record_path(inp)
+        if not strict and (rec is None or not rec.is_file() or Path(inp).is_dir()):
+            continue
         if rec is None or not rec.is_file():
             raise TableChanged(
                 f"{inp} has no record of the rule that wrote it ({rec}): it was not written by this "
@@ -150,7 +157,7 @@ def check_inputs(smk, under: str = "results") -> list[str]:
             rule = want.get("rule", "?")
             raise TableChanged(
                 f"{inp} changed since rule {rule} wrote it (sha256 {want.get('sha256')} recorded in {rec}, "
-                f"{now} now): a table that feeds a published verdict or a figure must be what its rule wrote. "
+                f"{now} now): a table that another rule reads must be what its rule wrote. "
                 f"Undo the edit, or rerun its rule: snakemake --forcerun {rule} (the rules that read it rerun too)"
             )
         lines.append(f"checked {inp}: sha256 {now[:16]} as rule {want.get('rule')} wrote it")

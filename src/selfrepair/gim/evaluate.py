@@ -224,9 +224,22 @@ def greedy_tie_spread(
     }
 
 
+def check_ascending(fractions) -> np.ndarray:
+    """``fractions`` as an array; ValueError, naming them and their order, unless each is
+    larger than the one before (CPR and CMD, areas over them, change sign otherwise)."""
+    x = np.asarray(fractions, float)
+    if np.any(np.diff(x) <= 0):
+        raise ValueError(
+            f"fractions {x.tolist()} are not in ascending order: CPR and CMD are areas over them, "
+            f"which change sign over a descending order; give them as {sorted(set(x.tolist()))}"
+        )
+    return x
+
+
 def area(x, y) -> float:
-    """Trapezoid area under y over x (linear x)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
+    """Trapezoid area under y over x (linear x); x must ascend (over a descending x the
+    area changes sign: ValueError)."""
+    x, y = check_ascending(x), np.asarray(y, float)
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from selfrepair.gim.attribute import EACTP_MAX_EDGES, exact_patching_rows, method_scores, too_large
-from selfrepair.gim.evaluate import FRACTIONS, cmd, cpr, faithfulness_curves, greedy_tie_spread
+from selfrepair.gim.evaluate import FRACTIONS, check_ascending, cmd, cpr, faithfulness_curves, greedy_tie_spread
 from selfrepair.gim.graph import Graph, selection_rule
 from selfrepair.gim.hooks import on_prepared
 from selfrepair.tasks.counterfactual import CounterfactualBatch
@@ -41,6 +41,7 @@ def localize(
     """
     import pandas as pd
 
+    check_ascending(fractions)  # before the scores: CPR and CMD over a descending order flip sign
     graph = Graph.from_bridge(bridge)
     scores = method_scores(bridge, graph, data, method, batch_size, ig_steps, weighting)
     rows = []

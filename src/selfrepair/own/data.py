@@ -10,8 +10,9 @@ Two formats, told apart row by row:
   arithmetic), in ``.jsonl``, ``.json`` or ``.parquet`` files or a folder of them.
 
 Pairs are tokenized by MIB's convention (:func:`tasks.mib.pair_ids`). A row that cannot
-be read, lacks a field, or whose prompts tokenize to different lengths is dropped and
-named (file and row) with its reason; the rest are used, up to ``n`` of them.
+be read, lacks a field, whose prompts tokenize to different lengths, that holds a word
+the tokenizer does not know, or a token id the model's embedding does not hold, is
+dropped and named (file and row) with its reason; the rest are used, up to ``n`` of them.
 """
 
 from __future__ import annotations
@@ -34,10 +35,19 @@ class NoPairs(ValueError):
 
 
 def _jsonl_rows(path: Path) -> list[dict | str]:
-    """Each line of a JSONL file as a dict, or why it is not one (a string)."""
+    """Each line of a JSONL file as a dict, or why it is not one (a string). Lines end at
+    \\n or \\r\\n only (a U+2028 inside a prompt is no line end); a line that is not UTF-8
+    costs that line; a byte order mark is not JSON's and is read past."""
     out = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
+    for raw in path.read_bytes().splitlines():
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            out.append(
+                f"not UTF-8 text (byte 0x{raw[err.start]:02x} at {err.start} of the line): save the file as UTF-8"
+            )
             continue
         try:
             row = json.loads(line)
@@ -58,8 +68,11 @@ def read_rows(path: str | Path) -> list[tuple[str, dict | str]]:
     if p.is_file() and p.suffix == ".jsonl":
         return [(f"{p}: row {i}", r) for i, r in enumerate(_jsonl_rows(p))]
     if p.is_file() and p.suffix == ".csv":
-        with open(p, newline="") as f:
-            rows = list(csv.DictReader(f))
+        try:  # utf-8-sig: a spreadsheet's byte order mark is not part of the first column's name
+            with open(p, newline="", encoding="utf-8-sig") as f:
+                rows = list(csv.DictReader(f))
+        except UnicodeDecodeError as err:
+            raise NoPairs(f"dataset {p} is not UTF-8 text ({err}): save it as UTF-8") from None
         return [
             (f"{p}: row {i}", r if None not in r else "more cells than the header names") for i, r in enumerate(rows)
         ]
@@ -76,7 +89,7 @@ def texts(where: str, row: dict) -> tuple[str, str, str, str]:
         for k in PLAIN:
             v = row.get(k)
             if not isinstance(v, str) or not v.strip():
-                got = "missing" if v is None or isinstance(v, str) else f"{v!r}, not a string"  # "": an empty cell
+                got = "missing" if v is None else "empty" if isinstance(v, str) else f"{v!r}, not a string"
                 raise ValueError(f"{where}: field {k!r} is {got} (plain rows hold clean, corrupt, answer, foil)")
         return tuple(row[k] for k in PLAIN)
     name = next(MIB_FIELDS[k] for k in MIB_FIELDS if k in row)
@@ -85,29 +98,65 @@ def texts(where: str, row: dict) -> tuple[str, str, str, str]:
     return mib.answers(name, row)  # DatasetRowError (a ValueError) naming file, row and field
 
 
-def load_pairs(path, tokenizer, n: int):
+def _beyond(pair, vocab_size: int | None) -> int | None:
+    """The largest token id of a pair that the model's embedding (``vocab_size`` rows)
+    does not hold, else None."""
+    top = max(max(pair[0]), max(pair[1]), pair[2], pair[3])
+    return top if vocab_size is not None and top >= vocab_size else None
+
+
+def _pad(tokenizer, vocab_size: int | None) -> int:
+    """The padding id: the tokenizer's padding token where the model's embedding holds it
+    (one added to the tokenizer may not), else 0 (no position after a prompt is read)."""
+    t = tokenizer.pad_token_id
+    return int(t) if t is not None and (vocab_size is None or t < vocab_size) else 0
+
+
+def _several_tokens(tokenizer, texts_used: list[tuple[str, str]]) -> list[str]:
+    """A note when answers or foils of the pairs used are several tokens long: their first
+    token is read (MIB's convention)."""
+    from selfrepair.tasks.mib import answer_ids
+
+    n = sum(1 for a, f in texts_used if len(answer_ids(tokenizer, a)) > 1 or len(answer_ids(tokenizer, f)) > 1)
+    if not n:
+        return []
+    return [f"{n} pairs have an answer or foil of several tokens: their first token is read (MIB's convention)"]
+
+
+def load_pairs(path, tokenizer, n: int, vocab_size: int | None = None):
     """(CounterfactualBatch of the first ``n`` usable pairs in file order, [dropped rows:
-    "where: why"], usable rows) of a dataset file or folder: every row is checked, so that
-    each malformed one is named; NoPairs when no row is usable."""
+    "where: why"], usable rows, [notes]) of a dataset file or folder: every row is
+    checked, so that each malformed one is named; NoPairs when no row is usable. A row
+    with a word the tokenizer does not know, or (given the model's ``vocab_size``) a
+    token id the model's embedding does not hold, is dropped too; the notes say when
+    answers of several tokens were cut to their first."""
     from selfrepair.tasks import mib
 
-    pairs, dropped, rows = [], [], read_rows(path)
+    pairs, used, dropped, rows = [], [], [], read_rows(path)
     for where, row in rows:
         if isinstance(row, str):
             dropped.append(f"{where}: {row}")
             continue
         try:
-            got = mib.pair_ids(tokenizer, *texts(where, row))
+            got = mib.pair_ids(tokenizer, *(t := texts(where, row)))
         except ValueError as err:  # DatasetRowError, or a plain row's field
             msg = str(err)
             dropped.append(msg if msg.startswith(where.split(": row ")[0]) else f"{where}: {msg}")
             continue
         if isinstance(got, str):
             dropped.append(f"{where}: {got}")
-            continue
-        pairs.append(got)
+        elif (top := _beyond(got, vocab_size)) is not None:
+            dropped.append(
+                f"{where}: token id {top} ({tokenizer.convert_ids_to_tokens(top)!r}) is beyond the model's embedding "
+                f"of {vocab_size} tokens: the tokenizer has {len(tokenizer)} (one extended without resizing the "
+                "model's embedding, model.resize_token_embeddings, or another model's?)"
+            )
+        else:
+            pairs.append(got)
+            used.append((t[2], t[3]))
     if not pairs:
         raise NoPairs(
             f"dataset {path}: no usable pair in {len(rows)} rows" + (f" ({dropped[0]}; ...)" if dropped else "")
         )
-    return mib.pairs_batch(pairs[:n], tokenizer), dropped, len(pairs)
+    batch = mib.pairs_batch(pairs[:n], tokenizer, pad=_pad(tokenizer, vocab_size))
+    return batch, dropped, len(pairs), _several_tokens(tokenizer, used[:n])

@@ -23,6 +23,14 @@ TABLES = {
     "coax": ("scores",),
     "g_vs_c": ("g_vs_c",),
 }
+# the files the section writes beside its entries' folders (results/own/<name>/,
+# logs/own/<name>/): an entry of one of these names would put its folder inside a file
+SECTION_FILES = {"status.csv": "results/own/status.csv", "status.log": "logs/own/status.log"}
+EMPTY = (
+    "results/own/status.csv: the own: config section is empty, so there is no analysis to gather. "
+    "Give the config file that holds your entries after config/config.yaml, as in "
+    "--configfile config/config.yaml config/own.yaml (docs/OWN_MODEL.md)"
+)
 STATUS_COLUMNS = ["name", "analysis", "status", "reason", "model", "folder", "identity", "task", "dataset_sha256"]
 
 
@@ -52,11 +60,17 @@ def problems(entries: list[dict]) -> list[str]:
     """What the schema cannot say about the ``own`` entries, one line each, naming the key:
     an analysis that the task cannot feed (G vs C needs one of paper A's sequence tasks;
     the others need counterfactual pairs), a task that is neither a built-in name nor a
-    dataset file's name, a seed set given to an entry that runs no COAX scan."""
+    dataset file's name, a seed set given to an entry that runs no COAX scan, a name that
+    is one of the files the section writes (:data:`SECTION_FILES`)."""
     out = []
     for i, e in enumerate(entries):
         where = f"own.{i} ({e.get('name')})"
         kind = task_kind(e["task"])
+        if e.get("name") in SECTION_FILES:
+            out.append(
+                f"{where}.name: {e['name']!r} is the name of the section's own file {SECTION_FILES[e['name']]}, "
+                f"where the entry's folder would go: give the entry another name"
+            )
         for a in e["analyses"]:
             if a == "g_vs_c" and kind != "sequence":
                 out.append(

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def _pairs(bridge, folder, s: dict):
-    """(CounterfactualBatch, dropped rows, usable pairs) of the entry's task for this model."""
+    """(CounterfactualBatch, dropped rows, usable pairs, notes) of the entry's task for this
+    model; a dataset's rows are checked against the model's embedding size."""
     from selfrepair.core.models import check_context
     from selfrepair.gim.localization import _model_tokenizer
     from selfrepair.own.analyses import NotRun
@@ -30,16 +31,24 @@ def _pairs(bridge, folder, s: dict):
 
     task, n = s["task"], int(s["n_eval"])
     if task_kind(task) == "counterfactual":
-        data, dropped, n_rows = get_task(task).sample(n, seed=int(s["data_seed"])), [], n
+        data, dropped, n_rows, notes = get_task(task).sample(n, seed=int(s["data_seed"])), [], n, []
         top = int(max(t.max() for t in (data.clean, data.corrupt, data.answer, data.foil)))
         if top >= bridge.cfg.d_vocab:
             raise NotRun(
                 f"built-in task {task} uses token ids up to {top}; the model's vocabulary has {bridge.cfg.d_vocab}"
             )
     else:
-        data, dropped, n_rows = load_pairs(task, _model_tokenizer(str(folder), None), n)
+        tokenizer = _model_tokenizer(str(folder), None)
+        data, dropped, n_rows, notes = load_pairs(task, tokenizer, n, vocab_size=int(bridge.cfg.d_vocab))
+        if len(tokenizer) > bridge.cfg.d_vocab:
+            notes.append(f"the tokenizer has {len(tokenizer)} tokens, the model's embedding {bridge.cfg.d_vocab}")
     check_context(bridge, data.clean.shape[1], f"the pairs of {task}", s["model"])
-    return data, dropped, n_rows
+    return data, dropped, n_rows, notes
+
+
+def _dropped(dropped: list[str]) -> list[str]:
+    """The status row's word on the dropped rows: how many, and the first with its reason."""
+    return [f"{len(dropped)} rows dropped: {dropped[0]}"] if dropped else []
 
 
 def _per_head(bridge) -> None:
@@ -69,21 +78,24 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
     folder = M.resolve_local(s["model"], list(s.get("search_paths") or []))
     row.update(folder=str(folder), identity=M.model_identity(folder))
     log.info("model %s: folder %s, identity %s", s["model"], folder, row["identity"])
+    record = [r for r in [M.brought_record(folder)] if r]  # a copy of a workflow model: said, and analysed
+    for r in record:
+        log.warning("%s", r)
     if kind == "g_vs_c":
         M.check_finite(folder)
-        model = M.load_hf(folder, device)
+        model = M.load_hf(folder, device, brought=True)
         if type(model).__name__ != "GPT2LMHeadModel":
             raise A.NotRun(f"paper A's G and C run on a Hugging Face GPT-2; this model is a {type(model).__name__}")
-        return A.g_vs_c(model.eval(), s), f"{s['n_eval']} sequences of {s['task']} of length {s['length']}"
-    bridge = M.load_bridge(folder, device)
+        return A.g_vs_c(model.eval(), s), "; ".join(
+            [f"{s['n_eval']} sequences of {s['task']} of length {s['length']}", *record]
+        )
+    bridge = M.load_bridge(folder, device, brought=True)
     _per_head(bridge)
-    data, dropped, n_rows = _pairs(bridge, folder, s)
+    data, dropped, n_rows, notes = _pairs(bridge, folder, s)
     data = data.to(device)
     for d in dropped:
         log.warning("dropped %s", d)
-    notes = [f"{len(data)} pairs used of {n_rows} usable"] + (
-        [f"{len(dropped)} rows dropped: {dropped[0]}"] if dropped else []
-    )
+    notes = [f"{len(data)} pairs used of {n_rows} usable", *_dropped(dropped), *notes, *record]
     if kind == "edges":
         tables, skipped = A.edges(bridge, data, s, circuits_dir)
         notes += skipped
@@ -95,7 +107,7 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
                 "gradient-norm method (core.attribution) takes one value head per head"
             )
         # a GPT-2's games run on paper A's ablation engine, as rules groundtruth_* run them
-        hf = M.load_hf(folder, device) if _model_type(folder) == "gpt2" else None
+        hf = M.load_hf(folder, device, brought=True) if _model_type(folder) == "gpt2" else None
         tables = A.shapley(bridge, data, s, hf_model=hf)
     elif kind == "coax":
         tables, seed, used = A.coax(bridge, data, s)

@@ -16,8 +16,8 @@ have MIB's fields:
 A counterfactual field is either a prompt string or a dict with ``prompt`` (and, where
 the answer comes from it, ``choices``/``answerKey``/``label``). Answers are tokenized
 with a leading space and only their first token is kept (MIB's convention). Pairs whose
-clean and counterfactual prompts tokenize to different lengths are dropped (edge
-patching needs aligned positions); the rest are right-padded per length group, and the
+clean and counterfactual prompts tokenize to different lengths (edge patching needs
+aligned positions), or that hold a word the tokenizer does not know, are dropped; the rest are right-padded per length group, and the
 logits are read at each prompt's last token.
 """
 
@@ -233,14 +233,66 @@ def load(
     return pairs_batch(pairs, tokenizer)
 
 
+def answer_ids(tokenizer, text: str) -> list[int]:
+    """The tokens of an answer by MIB's convention: with a leading space, no special tokens
+    (:func:`pair_ids` keeps the first)."""
+    return tokenizer(" " + text.strip(), add_special_tokens=False)["input_ids"]
+
+
+def prompt_ids(tokenizer, text: str) -> list[int]:
+    """A prompt's tokens with the special tokens the tokenizer puts before the text (a
+    BOS), not those it appends after it (an EOS): the logits are read at the prompt's
+    last token, which must be the text's."""
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    plain = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for start in range(len(ids) - len(plain) + 1) if plain else ():
+        if ids[start : start + len(plain)] == plain:
+            return ids[: start + len(plain)]
+    return ids
+
+
+def unknown_token(tokenizer) -> int | None:
+    """The tokenizer's unknown token, where it has one of its own (GPT-2's is its BOS and
+    EOS, which no text becomes): the id that text outside its vocabulary becomes."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or unk in (getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        return None
+    return int(unk)
+
+
+def _unknown_words(tokenizer, text: str, unk: int) -> list[str]:
+    """The words (between white space) of ``text`` that become the unknown token, whole or
+    in part, by the tokenizer's offsets: not the unknown token's own name written out (a
+    word-level vocabulary's first word). Without offsets (a slow tokenizer): '?' for each."""
+    import re
+
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        pieces = zip(enc["input_ids"], enc["offset_mapping"])
+    except (NotImplementedError, KeyError, TypeError):
+        return ["?"] * tokenizer(text, add_special_tokens=False)["input_ids"].count(unk)
+    spans = [m.span() for m in re.finditer(r"\S+", text)]
+    hits = [a for i, (a, b) in pieces if i == unk and text[a:b].strip() != tokenizer.unk_token]
+    return list(dict.fromkeys(text[s:e] for a in hits for s, e in spans if s <= a < e))
+
+
 def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
     """(clean ids, corrupt ids, answer id, foil id) of one pair by MIB's convention (the
     answers with a leading space, their first token), or why the pair cannot be used (a
-    string): prompts of different token lengths, an empty answer, answer and foil alike."""
-    c = tokenizer(clean, add_special_tokens=True)["input_ids"]
-    r = tokenizer(corrupt, add_special_tokens=True)["input_ids"]
-    a = tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"]
-    f = tokenizer(" " + foil.strip(), add_special_tokens=False)["input_ids"]
+    string): prompts of different token lengths, an empty answer, answer and foil alike,
+    a word the tokenizer does not know (it would become the unknown token, on a
+    word-level tokenizer also its padding: another pair than the one written)."""
+    c, r = prompt_ids(tokenizer, clean), prompt_ids(tokenizer, corrupt)
+    a, f = answer_ids(tokenizer, answer), answer_ids(tokenizer, foil)
+    unk = unknown_token(tokenizer)
+    if unk is not None:
+        for what, text, ids in (("answer", answer, a), ("foil", foil, f), ("clean prompt", clean, c),
+                                ("corrupt prompt", corrupt, r)):  # fmt: skip
+            if unk in ids and (words := ", ".join(repr(w) for w in _unknown_words(tokenizer, text, unk))):
+                return (
+                    f"the {what} holds {words}, which the tokenizer does not know (whole or in part it would "
+                    f"become the unknown token {tokenizer.unk_token!r}, id {unk})"
+                )
     if len(c) != len(r):
         return f"clean and corrupt prompts are {len(c)} and {len(r)} tokens long (edge patching needs equal lengths)"
     if not a or not f:
@@ -250,11 +302,12 @@ def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
     return c, r, a[0], f[0]
 
 
-def pairs_batch(pairs, tokenizer) -> CounterfactualBatch:
-    """The pairs of :func:`pair_ids`, right-padded to the longest; logits read at each
-    prompt's last token."""
+def pairs_batch(pairs, tokenizer, pad: int | None = None) -> CounterfactualBatch:
+    """The pairs of :func:`pair_ids`, right-padded to the longest (with ``pad``, else the
+    tokenizer's padding token, else 0); logits read at each prompt's last token."""
     T = max(len(p[0]) for p in pairs)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if pad is None:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     clean = torch.full((len(pairs), T), pad)
     corrupt = torch.full((len(pairs), T), pad)
     for i, (c, r, _, _) in enumerate(pairs):
