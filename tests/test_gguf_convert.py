@@ -259,3 +259,29 @@ def test_own_entry_with_a_gguf_model_runs(tmp_path):
     assert list(status["status"]) == ["ran", "ran"], status.to_dict("records")
     assert set(status["folder"]) == {f"results/lms/{key}/model"}
     assert set(status["identity"]) == {models.model_identity(folder)}
+    # the real-model rules take it too, and find it converted: not converted again
+    real = {"gim": {"mib": {"models": ["models/tiny.gguf"]}}, "coax": {"real": {"ioi_model": "models/tiny.gguf"}}}
+    (wd / "real.yaml").write_text(yaml.safe_dump(real))
+    targets = ["results/gim/mib/status.csv", "results/coax/real/status.csv"]
+    again = [*cmd[: cmd.index("results/own/status.csv")], *targets, *cmd[cmd.index("--configfile") :]]
+    plan = subprocess.run([*again, str(wd / "real.yaml"), "-n"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "gim_mib" in plan.stdout and "coax_real" in plan.stdout and "lm_convert" not in plan.stdout, plan.stdout
+    assert plan.stdout.count(f"results/lms/{key}/model") >= 2, plan.stdout  # an input of both
+
+
+def test_presence_of_a_gguf_is_the_file_not_its_folder(tmp_path, monkeypatch):
+    """The real-model rules' `local` parameter: the same before and after the conversion
+    (the converted folder is their input), so a finished job does not rerun for it."""
+    from selfrepair.core.local_files import presence
+
+    monkeypatch.chdir(tmp_path)
+    assert presence(["m.gguf"]) == "model m.gguf: absent"
+    Path("m.gguf").write_bytes(b"GGUF")
+    st = Path("m.gguf").stat()
+    before = presence(["m.gguf"])
+    assert before == f"model m.gguf: m.gguf:4:{st.st_mtime_ns}"
+    folder = gguf_files.converted_folder("m.gguf")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    assert presence(["m.gguf"]) == before

@@ -9,23 +9,7 @@ import re as _lms_re
 LMS = config["lms"]
 LM_NAMES = list(LMS["models"])
 LM_DIR = _local_files.LMS_DIR
-_REAL = config["coax"].get("real", {})
-GGUF_FILES = _local_files.user_files(
-    [e.get("model", "") for e in config.get("own") or []]
-    + [_REAL.get("ioi_model", "")]
-    + list(_REAL.get("wakeup_models", []))
-    + list(_REAL.get("induction_models", []))
-    + list(config["gim"].get("mib", {}).get("models", []))
-)
-
-
-def lm_folder(lm):
-    return f"{LM_DIR}/{lm}/model"
-
-
-def gguf_inputs(names):
-    """The converted folders of the user's GGUF files among model names (a rule's inputs)."""
-    return [lm_folder(k) for k in _local_files.user_files(names) if k in GGUF_FILES]
+# GGUF_FILES, lm_folder and gguf_inputs: common.smk
 
 
 rule lm_convert:
