@@ -360,6 +360,15 @@ rule coax_pruning:
 
 
 rule coax_real:
+    input:
+        # .gguf models: the folders rule lm_convert converts them into
+        models=gguf_inputs(
+            [
+                COAX["real"]["ioi_model"],
+                *COAX["real"]["wakeup_models"],
+                *COAX["real"]["induction_models"],
+            ]
+        ),
     output:
         status=f"{C_DIR}/real/status.csv",
         tables=directory(f"{C_DIR}/real/tables"),

