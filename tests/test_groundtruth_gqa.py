@@ -16,7 +16,7 @@ import torch
 from selfrepair.core import components as C
 from selfrepair.core import interventions, models
 from selfrepair.gim.evaluate import logit_diff
-from selfrepair.groundtruth import methods, pipeline, players
+from selfrepair.groundtruth import methods, pipeline, players, shapley_values
 from selfrepair.tasks.counterfactual import CounterfactualBatch, save_word_tokenizer
 from shapley_brute import brute_force
 from tiny_models import tiny_llama
@@ -152,12 +152,15 @@ def test_top_players_and_the_rest_against_brute_force(pair, rest):
     assert list(shap.index) == names
     np.testing.assert_allclose(shap.loc[names, "shapley"].to_numpy(), phi, rtol=1e-6, atol=1e-7)
     assert shap["estimator"].eq("exact").all()
+    sv = shapley_values(gqa, data.clean, metric, comps, means=means, settings=settings).set_index("component")
+    np.testing.assert_allclose(sv.loc[names, "shapley"].to_numpy(), phi, rtol=1e-6, atol=1e-7)
     if rest == "player":  # efficiency over the whole model
         assert phi.sum() == pytest.approx(float(v[0]) - _value(gqa, data.clean, comps, means, metric), abs=1e-5)
-    # every component keeps its method scores and single drops
-    assert set(out["scores"]["component"]) == {c.name for c in comps}
+    # every component keeps its single drop; the methods score the chosen components
     single = out["scores"].query("method == 'single'").set_index("component")["score"]
     np.testing.assert_allclose(single.loc[[c.name for c in comps]].to_numpy(), drops, rtol=1e-6, atol=1e-7)
+    for m in ("single_zero", "atp", "grad_norm", "coax_single"):
+        assert set(out["scores"].query("method == @m")["component"]) == set(names) - {"rest"}, m
 
 
 def _value(bridge, tokens, coalition, means, metric) -> float:
@@ -230,4 +233,6 @@ def test_own_shapley_runs_on_a_gqa_model_with_a_subset_of_players(tmp_path):
     assert status["status"] == "ran", status["reason"]
     shap = pd.read_csv(outputs["shapley"])
     assert len(shap) == 5 and shap["component"].iloc[-1] == "rest" and shap["estimator"].eq("exact").all()
-    assert pd.read_csv(outputs["scores"])["component"].nunique() == 10
+    scores = pd.read_csv(outputs["scores"])
+    assert scores.query("method == 'single'")["component"].nunique() == 10
+    assert scores.query("method == 'eap_ig'")["component"].nunique() == 4

@@ -194,6 +194,16 @@ def _game_shapley(game, components: list, settings: Settings, floor):
     return res, who, values, single
 
 
+def _scored(components: list, who: list, settings: Settings) -> list:
+    """The components the methods score: every one, except with ``top`` players, where
+    they score the players that are components (what the agreement compares; the single
+    drops of the game's mode stay every component's): a real LM's COAX scan and
+    other-mode single drops over every component would cost more than its Shapley values."""
+    if settings.players != "top":
+        return components
+    return [p for p in who if not isinstance(p, players.Group)]
+
+
 def model_tables(
     bridge,
     tokens: torch.Tensor,
@@ -240,14 +250,15 @@ def model_tables(
         inter_frames.append(pairs)
         shap_rows += shapley_rows(res, who, game=spec.name, single=single_who)
         timing.append(_timing_row(f"shapley {spec.name}", t_shap, c1 - c0, res.n_evaluations, run1 - run0))
+        scored = _scored(components, who, settings)
         by_mode = {
             settings.mode: single,
-            other: _singles(other_games[spec.name], components),
+            other: _singles(other_games[spec.name], scored),
         }
         t2, c2 = time.perf_counter(), time.process_time()
         if method_scores is None and spec is grad_spec:
             method_scores, timing_methods, method_timing = _methods_once(
-                bridge, tokens, components, spec, by_mode, means, settings, hf_model, t2, c2
+                bridge, tokens, scored, spec, by_mode, means, settings, hf_model, t2, c2
             )
         t3, c3 = time.perf_counter(), time.process_time()
         score_frames.append(_single_scores(single, by_mode).assign(game=spec.name))

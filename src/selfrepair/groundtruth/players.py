@@ -12,10 +12,12 @@ many components for that, a stated subset.
 - ``layers``: one player per layer, its heads and MLP ablated together (``L3`` ...).
 
 A player that is a set of components is a :class:`Group`; :func:`grouped` turns a game of
-components into a game of players. Where players are not the components, every method
-still scores every component, the single drops are every component's, and the Shapley
-values, pairs and agreement cover the players that are components (a group has no
-method score).
+components into a game of players. Where players are not the components, the Shapley
+values and pairs are the players', the single drops of the game's mode every
+component's, and the agreement covers the players that are components (a group has no
+method score). With ``top`` the methods (the other mode's single drops and COAX's scan
+included) score the chosen components only, so that their cost follows ``n_players``,
+not the model's size; with ``layers`` every component.
 """
 
 from __future__ import annotations
