@@ -236,3 +236,23 @@ def test_own_shapley_runs_on_a_gqa_model_with_a_subset_of_players(tmp_path):
     scores = pd.read_csv(outputs["scores"])
     assert scores.query("method == 'single'")["component"].nunique() == 10
     assert scores.query("method == 'eap_ig'")["component"].nunique() == 4
+
+
+def test_gim_freezes_gemma3_rms_norm_like_gemma2s():
+    """Gemma-3's RMSNorm (x / rms(x) * (1 + w), float32) under GIM's freeze_norm: its own
+    forward, bit for bit, and the gradient of x * (1 + w) / rms with rms a constant."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    from selfrepair.gim.backward import _FrozenScaleNorm
+
+    torch.manual_seed(0)
+    norm = Gemma3RMSNorm(8, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(3, 8, requires_grad=True)
+    y = _FrozenScaleNorm(norm).forward(x)
+    assert torch.equal(y, norm(x))
+    g = torch.randn(3, 8)
+    (dx,) = torch.autograd.grad(y, x, g)
+    rms = (x.detach().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    torch.testing.assert_close(dx, g * (1 + norm.weight.detach()) / rms)

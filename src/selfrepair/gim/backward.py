@@ -195,7 +195,7 @@ class _FrozenScaleNorm:
         return n.weight * y.to(x.dtype)
 
 
-_GEMMA_RMS_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm")  # x * rsqrt(mean x^2 + eps) * (1 + w), in float32
+_GEMMA_RMS_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")  # x * rsqrt(mean x^2 + eps) * (1 + w), in float32
 
 
 def _native_norm(component) -> bool:
