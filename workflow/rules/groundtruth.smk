@@ -25,6 +25,7 @@ GT_SETTINGS = {
 }
 GT_CODE = code_hash(
     "groundtruth/pipeline",
+    "groundtruth/players",
     "groundtruth/methods",
     "groundtruth/games",
     "groundtruth/shapley",

@@ -29,6 +29,7 @@ OWN_CODE = code_hash(
     "core/models",
     *G_CODE,
     "groundtruth/pipeline",
+    "groundtruth/players",
     "groundtruth/methods",
     "groundtruth/games",
     "groundtruth/shapley",

@@ -7,6 +7,15 @@ over batches. The weight gradients are formed from hooked activations,
 dL/dW_V[h] = X^T dL/dV[h] (X the value projection's input) and
 dL/dW_out = post^T dL/d(mlp_out), which is exact for a linear layer and works for any
 bridged architecture, whatever layout its fused weights have.
+
+Grouped-query attention (``n_key_value_heads`` < ``n_heads``): the heads of one group
+share one W_V, so a head has no value weight of its own. A head's G is then the norm of
+the gradient with respect to its own copy of the group's W_V, as if ``repeat_kv`` were
+made explicit (the same model with the key/value weights duplicated per head, which has
+the same outputs): X^T dL/dV_h with dL/dV_h = A_h^T dL/dz_h, the gradient that reaches
+the shared values through head h's attention pattern A_h alone. The heads of a group sum
+to the shared W_V's gradient; a model without grouped-query attention keeps the path
+above (dL/dV from ``hook_v``), unchanged.
 """
 
 from __future__ import annotations
@@ -31,12 +40,28 @@ def _normalized(norm: float, numel: int, normalization: str) -> float:
     return norm / math.sqrt(numel) if normalization == "sqrt" else norm
 
 
-def _weight_grad_norms(acts: dict, grads: dict, components: Sequence[Component], n_heads: int) -> dict[str, float]:
+def grouped(cfg) -> bool:
+    """Whether the model's attention is grouped-query (fewer key/value heads than heads)."""
+    kv = getattr(cfg, "n_key_value_heads", None)
+    return bool(kv) and kv < cfg.n_heads
+
+
+def _head_value_grad(acts: dict, grads: dict, c: Component, gqa: bool) -> torch.Tensor:
+    """dL/dV of head ``c`` [B, T, d_head] (float64): its slice of ``hook_v``'s gradient, or
+    under grouped-query attention its own share A_h^T dL/dz_h (module doc)."""
+    if not gqa:
+        return grads[f"blocks.{c.layer}.attn.hook_v"][:, :, c.head, :].double()
+    pattern = acts[f"blocks.{c.layer}.attn.hook_pattern"][:, c.head].double()  # [B, T_query, T_key]
+    dz = grads[f"blocks.{c.layer}.attn.hook_z"][:, :, c.head, :].double()  # [B, T_query, d_head]
+    return torch.einsum("bqk,bqd->bkd", pattern, dz)
+
+
+def _weight_grad_norms(acts: dict, grads: dict, components: Sequence[Component], gqa: bool) -> dict[str, float]:
     out = {}
     for c in components:
         if c.is_head:
             x = acts[f"blocks.{c.layer}.attn.v.hook_in"].flatten(0, 1).double()  # [BT, d_model]
-            dv = grads[f"blocks.{c.layer}.attn.hook_v"][:, :, c.head, :].flatten(0, 1).double()  # [BT, d_head]
+            dv = _head_value_grad(acts, grads, c, gqa).flatten(0, 1)  # [BT, d_head]
             gw = x.T @ dv
         else:
             post = acts[f"blocks.{c.layer}.mlp.hook_post"].flatten(0, 1).double()  # [BT, d_mlp]
@@ -56,14 +81,20 @@ def gradient_norms(
     """Per-batch gradient norms of each component's weight; {name: [norm per batch]}.
 
     ``loss_fn(logits, batch)`` gives the scalar loss of one batch (``batch.tokens`` is
-    the input). ``normalization`` 'sqrt' divides each norm by sqrt(#entries).
+    the input). ``normalization`` 'sqrt' divides each norm by sqrt(#entries). Under
+    grouped-query attention a head's weight is its own copy of its group's W_V (module doc).
     """
     _check_normalization(normalization)
+    gqa = grouped(bridge.cfg)
     act_names, grad_names = set(), set()
     for c in components:
         if c.is_head:
             act_names.add(f"blocks.{c.layer}.attn.v.hook_in")
-            grad_names.add(f"blocks.{c.layer}.attn.hook_v")
+            if gqa:  # each head's own share of the shared values (module doc)
+                act_names.add(f"blocks.{c.layer}.attn.hook_pattern")
+                grad_names.add(f"blocks.{c.layer}.attn.hook_z")
+            else:
+                grad_names.add(f"blocks.{c.layer}.attn.hook_v")
         else:
             act_names.add(f"blocks.{c.layer}.mlp.hook_post")
             grad_names.add(f"blocks.{c.layer}.hook_mlp_out")
@@ -87,7 +118,7 @@ def gradient_norms(
             logits = bridge(batch.tokens)
             loss = loss_fn(logits, batch)
             loss.backward()
-        norms = _weight_grad_norms(acts, grads, components, bridge.cfg.n_heads)
+        norms = _weight_grad_norms(acts, grads, components, gqa)
         for name, (norm, numel) in norms.items():
             result[name].append(_normalized(norm, numel, normalization))
     bridge.zero_grad(set_to_none=True)

@@ -15,6 +15,10 @@ On a model of one's own (docs/OWN_MODEL.md), a TransformerBridge
   (shapley.csv);
 - :func:`model_tables`: a model's whole ground truth (Shapley values, pairwise
   interactions, every method's scores) from :class:`GameSpec` games and :class:`Settings`;
+  :func:`run_on_model`: the same on counterfactual pairs (the logit difference), with
+  the agreement tables, for any bridged model, grouped-query attention included; on a
+  model with many components, ``Settings.players`` (``top``: the ``n_players`` largest
+  single drops and the ``rest``; ``layers``) names a subset of players;
 - :func:`pairwise_interactions`, :func:`exact_shapley`, :func:`permutation_shapley` on
   a game: :class:`AblationGame` (any bridge) or, for a Hugging Face GPT-2, paper A's
   ablation engine (:class:`EngineGames`, its metrics :func:`ioi_reduce`,
@@ -25,7 +29,7 @@ On a model of one's own (docs/OWN_MODEL.md), a TransformerBridge
 from selfrepair.core.lazy import lazy_exports
 
 _LAZY = {
-    "pipeline": ["model_tables", "GameSpec", "Settings"],
+    "pipeline": ["model_tables", "run_on_model", "GameSpec", "Settings"],
     "games": [
         "AblationGame",
         "EngineGames",
@@ -64,7 +68,8 @@ def shapley_values(
 
     ``settings`` (a :class:`Settings`) or its fields as keywords (``mode``: ``mean`` or
     ``zero`` ablation; ``exact_max_players``, ``max_permutations``, ``rel_se``,
-    ``min_pairs``, ``pairs_per_round``, ``seed``, ``max_rows``). Mean ablation uses
+    ``min_pairs``, ``pairs_per_round``, ``seed``, ``max_rows``; ``players``, ``n_players``,
+    ``rest``: a subset of players, one row per player, :mod:`groundtruth.players`). Mean ablation uses
     ``means`` (default: each component's mean over every example and position of
     ``tokens``, as the workflow takes them). ``floor``: the metric's absorbing minimum,
     if any (the permutation estimator truncates there). The game runs on the bridge's
@@ -89,6 +94,6 @@ def shapley_values(
     spec = pipeline.GameSpec("metric", metric, floor=floor, engine=engine)
     on_engine = hf_model if engine is not None else None
     game = pipeline._games(bridge, on_engine, tokens, [spec], settings.mode, means, settings.max_rows)["metric"]
-    res, _ = pipeline.shapley_of(game, comps, settings, floor)  # as pipeline.model_tables
-    rows = pipeline.shapley_rows(res, comps)
+    res, who, _, _ = pipeline._game_shapley(game, comps, settings, floor)  # as pipeline.model_tables
+    rows = pipeline.shapley_rows(res, who)
     return pd.DataFrame(rows)

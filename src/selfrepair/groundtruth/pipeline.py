@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 
 from selfrepair.core.components import Component
-from selfrepair.groundtruth import games, methods
+from selfrepair.groundtruth import games, methods, players
 from selfrepair.groundtruth import shapley as sh
 from selfrepair.heroes import scores as heroes
 
@@ -90,8 +90,12 @@ class Settings:
     ig_steps: int = 5
     protocol: str = "v2"
     top_r: int = 192
+    players: str = "all"  # who plays: all, top (n_players and the rest), layers (players.py)
+    n_players: int = 16
+    rest: str = "player"
 
     def __post_init__(self):
+        players.check(self.players, self.n_players, self.rest)
         # the permutation estimator's own checks, made here so that a configuration that
         # could not sample fails before any model is loaded, sampled or not
         if not isinstance(self.min_pairs, int) or self.min_pairs < 2:
@@ -176,6 +180,30 @@ def shapley_of(game, components, settings: Settings, floor=None):
     return res, None
 
 
+def _game_shapley(game, components: list, settings: Settings, floor):
+    """(Shapley result, its players, the exact coalition values or None, every
+    component's single drop or None) of one game: over ``components`` themselves when
+    ``settings.players`` is ``all`` (single drops None: the pairs table gives them), else
+    over :func:`players.choose`'s players, chosen from every component's single drop."""
+    if settings.players == "all":
+        res, values = shapley_of(game, components, settings, floor)
+        return res, components, values, None
+    single = _singles(game, components)
+    who = players.choose(components, single, settings.players, settings.n_players, settings.rest)
+    res, values = shapley_of(players.grouped(game), who, settings, floor)
+    return res, who, values, single
+
+
+def _scored(components: list, who: list, settings: Settings) -> list:
+    """The components the methods score: every one, except with ``top`` players, where
+    they score the players that are components (what the agreement compares; the single
+    drops of the game's mode stay every component's): a real LM's COAX scan and
+    other-mode single drops over every component would cost more than its Shapley values."""
+    if settings.players != "top":
+        return components
+    return [p for p in who if not isinstance(p, players.Group)]
+
+
 def model_tables(
     bridge,
     tokens: torch.Tensor,
@@ -212,23 +240,25 @@ def model_tables(
         t0, c0 = time.perf_counter(), time.process_time()
         run0 = _n_run(by_game)
         game = by_game[spec.name]
-        res, values = shapley_of(game, components, settings, spec.floor)
+        res, who, values, single = _game_shapley(game, components, settings, spec.floor)
         sii = sh.interaction_index_from_values(values) if values is not None else None
         t1, c1 = time.perf_counter(), time.process_time()
         t_shap = t1 - t0
         run1, other_run = _n_run(by_game), _n_run(other_games)
-        single, pairs = _pairs_table(game, spec.name, components, sii)
+        single_who, pairs = _pairs_table(players.grouped(game) if who is not components else game, spec.name, who, sii)
+        single = single if single is not None else single_who
         inter_frames.append(pairs)
-        shap_rows += shapley_rows(res, components, game=spec.name, single=single)
+        shap_rows += shapley_rows(res, who, game=spec.name, single=single_who)
         timing.append(_timing_row(f"shapley {spec.name}", t_shap, c1 - c0, res.n_evaluations, run1 - run0))
+        scored = _scored(components, who, settings)
         by_mode = {
             settings.mode: single,
-            other: _singles(other_games[spec.name], components),
+            other: _singles(other_games[spec.name], scored),
         }
         t2, c2 = time.perf_counter(), time.process_time()
         if method_scores is None and spec is grad_spec:
             method_scores, timing_methods, method_timing = _methods_once(
-                bridge, tokens, components, spec, by_mode, means, settings, hf_model, t2, c2
+                bridge, tokens, scored, spec, by_mode, means, settings, hf_model, t2, c2
             )
         t3, c3 = time.perf_counter(), time.process_time()
         score_frames.append(_single_scores(single, by_mode).assign(game=spec.name))
@@ -311,3 +341,39 @@ def _single_scores(single: dict, by_mode: dict) -> pd.DataFrame:
         for k, v in d.items()
     ]
     return pd.DataFrame(rows)
+
+
+def run_on_model(
+    bridge, data, settings: Settings, top_k: int = 5, single_frac: float = 0.1, name: str = "model", hf_model=None
+) -> dict[str, pd.DataFrame]:
+    """The ground truth of one model on counterfactual pairs ``data`` (a
+    :class:`tasks.counterfactual.CounterfactualBatch` on the model's device), for a thin
+    script or the ``own:`` section: the game is the mean logit difference of answer over
+    foil at each pair's read position on the clean prompts, the players every head and MLP
+    (or ``settings.players``' subset), ablated under ``settings.mode`` with the means of
+    the clean prompts. Any bridged model, grouped-query attention included
+    (:mod:`selfrepair.core.attribution` says what a head's G is there); ``hf_model``: the
+    model's Hugging Face GPT-2, to play on paper A's ablation engine (the same values).
+
+    Returns tables ``shapley``, ``interactions``, ``scores`` (:func:`model_tables`, game
+    ``logit_diff``), ``agreement`` (each method against the Shapley values of the players
+    that are components: rank correlations, top-``top_k`` overlap, recall of the
+    components whose single drop is below ``single_frac`` of the largest; group ``own``,
+    model ``name``; empty with ``layers`` players) and ``timing``."""
+    from selfrepair.core import components as C
+    from selfrepair.core import interventions
+    from selfrepair.gim.evaluate import logit_diff
+    from selfrepair.groundtruth import tables
+
+    comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+    means = interventions.component_means(bridge, [data.clean], comps)
+    spec = GameSpec("logit_diff", lambda lg: logit_diff(lg, data).mean(), engine=games.counterfactual_reduce(data))
+    out = model_tables(bridge, data.clean, [spec], comps, means, settings, hf_model=hf_model)
+    who = {"group": "own", "model": name}
+    scored = out["scores"][out["scores"]["component"].isin(out["shapley"]["component"])]  # players that are components
+    out["agreement"] = (
+        tables.agreement_models(scored.assign(**who), out["shapley"].assign(**who), int(top_k), float(single_frac))
+        if len(scored)
+        else pd.DataFrame()
+    )
+    return {k: out[k] for k in ("shapley", "interactions", "scores", "agreement", "timing")}

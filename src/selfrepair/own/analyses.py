@@ -59,24 +59,20 @@ def edges(bridge, data, s: dict, circuits_dir) -> tuple[dict, list[str]]:
 
 
 def shapley(bridge, data, s: dict, hf_model=None) -> dict:
-    """The ground truth (rule groundtruth_gim's calls): Shapley values of every head and
-    MLP for the logit difference under ``s["mode"]`` ablation (exact up to
-    ``exact_max_players``, else sampled), pairwise interactions, every method's node
-    scores, and each method's agreement with the Shapley values (rank correlations,
-    top-k overlap, recall of what single ablation hides). ``hf_model``: a Hugging Face
-    GPT-2's, to play the games on paper A's ablation engine (the same values)."""
-    from selfrepair.core import components as C
-    from selfrepair.core import interventions
-    from selfrepair.groundtruth import games, pipeline, tables
+    """The ground truth (:func:`groundtruth.pipeline.run_on_model`, rule groundtruth_gim's
+    calls): Shapley values of every head and MLP (or the entry's ``players``:
+    ``top`` ``n_players`` components and the ``rest``, or ``layers``) for the logit
+    difference under ``s["mode"]`` ablation (exact up to ``exact_max_players`` players,
+    else sampled), pairwise interactions, every method's node scores, and each method's
+    agreement with the Shapley values (rank correlations, top-k overlap, recall of what
+    single ablation hides). ``hf_model``: a Hugging Face GPT-2's, to play the games on
+    paper A's ablation engine (the same values)."""
+    from selfrepair.groundtruth import pipeline
 
-    comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
-    means = interventions.component_means(bridge, [data.clean], comps)
-    spec = pipeline.GameSpec("logit_diff", logit_diff_metric(data), engine=games.counterfactual_reduce(data))
-    settings = pipeline.Settings(mode=s["mode"], **s["settings"])
-    out = pipeline.model_tables(bridge, data.clean, [spec], comps, means, settings, hf_model=hf_model)
-    who = {"group": "own", "model": s["name"]}
-    out["agreement"] = tables.agreement_models(
-        out["scores"].assign(**who), out["shapley"].assign(**who), int(s["top_k"]), float(s["single_frac"])
+    who = {k: s[k] for k in ("players", "n_players", "rest") if k in s}
+    settings = pipeline.Settings(mode=s["mode"], **{**s["settings"], **who})
+    out = pipeline.run_on_model(
+        bridge, data, settings, int(s["top_k"]), float(s["single_frac"]), name=s["name"], hf_model=hf_model
     )
     return {k: out[k] for k in ("shapley", "interactions", "scores", "agreement")}
 

@@ -100,12 +100,6 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
         tables, skipped = A.edges(bridge, data, s, circuits_dir)
         notes += skipped
     elif kind == "shapley":
-        kv = getattr(bridge.cfg, "n_key_value_heads", None)
-        if kv and kv < bridge.cfg.n_heads:
-            raise A.NotRun(
-                f"grouped-query attention ({kv} key/value heads for {bridge.cfg.n_heads} heads): the ground truth's "
-                "gradient-norm method (core.attribution) takes one value head per head"
-            )
         # a GPT-2's games run on paper A's ablation engine, as rules groundtruth_* run them
         hf = M.load_hf(folder, device, brought=True) if _model_type(folder) == "gpt2" else None
         tables = A.shapley(bridge, data, s, hf_model=hf)
