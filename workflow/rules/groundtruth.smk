@@ -38,6 +38,9 @@ GT_CODE = code_hash(
 )
 
 
+GT_LM_TABLES = ("shapley", "interactions", "scores", "agreement", "timing")
+
+
 GT_COMMON = dict(
     settings=GT_SETTINGS,
     device=DEVICE,
@@ -219,3 +222,42 @@ if GT["enabled"] and gt_models():
             "results/published/groundtruth.csv",
         ],
     )
+
+
+# The packaged real LMs (lms.models): one job per model, on the IOI pairs paper C's
+# real-LM rules make (gim.smk's gim_lm_data).
+rule groundtruth_lm:
+    input:
+        model=lambda w: lm_folder(w.lm),
+        data="results/lms/data",
+    output:
+        **{t: f"{GT_DIR}/lms/{{lm}}/{t}.csv" for t in GT_LM_TABLES},
+    log:
+        "logs/groundtruth/lm_{lm}.log",
+    benchmark:
+        "benchmarks/groundtruth/lm_{lm}.tsv"
+    wildcard_constraints:
+        lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+        mem_mb=6000,
+    params:
+        name="{lm}",
+        lm=GT["lms"],
+        settings={k: v for k, v in GT_SETTINGS.items() if k != "mode"},
+        top_k=GT["top_k"],
+        device=DEVICE,
+        numerics=NUMERICS,
+        code=code_hash(
+            "groundtruth/lms", "tasks/mib", "core/models", "core/model_files"
+        )
+        + GT_CODE,
+    script:
+        "../../scripts/groundtruth_lm.py"
+
+
+if GT["enabled"] and LM_NAMES:
+    register("groundtruth", [f"{GT_DIR}/lms/{lm}/shapley.csv" for lm in LM_NAMES])
