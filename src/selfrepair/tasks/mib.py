@@ -15,7 +15,8 @@ have MIB's fields:
 
 A counterfactual field is either a prompt string or a dict with ``prompt`` (and, where
 the answer comes from it, ``choices``/``answerKey``/``label``). Answers are tokenized
-with a leading space and only their first token is kept (MIB's convention). Pairs whose
+with a leading space and only their first token is kept (MIB's convention; a
+first token that is only the space is skipped, :func:`answer_tokens`). Pairs whose
 clean and counterfactual prompts tokenize to different lengths are dropped (edge
 patching needs aligned positions); the rest are right-padded per length group, and the
 logits are read at each prompt's last token.
@@ -235,12 +236,11 @@ def load(
 
 def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
     """(clean ids, corrupt ids, answer id, foil id) of one pair by MIB's convention (the
-    answers with a leading space, their first token), or why the pair cannot be used (a
+    answers with a leading space, their first token; :func:`answer_tokens`), or why the pair cannot be used (a
     string): prompts of different token lengths, an empty answer, answer and foil alike."""
     c = tokenizer(clean, add_special_tokens=True)["input_ids"]
     r = tokenizer(corrupt, add_special_tokens=True)["input_ids"]
-    a = tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"]
-    f = tokenizer(" " + foil.strip(), add_special_tokens=False)["input_ids"]
+    a, f = answer_tokens(tokenizer, answer), answer_tokens(tokenizer, foil)
     if len(c) != len(r):
         return f"clean and corrupt prompts are {len(c)} and {len(r)} tokens long (edge patching needs equal lengths)"
     if not a or not f:
@@ -248,6 +248,16 @@ def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
     if a[0] == f[0]:
         return "the answer and the foil begin with the same token"
     return c, r, a[0], f[0]
+
+
+def answer_tokens(tokenizer, answer: str) -> list[int]:
+    """The tokens of `` answer`` (MIB's leading space), less a first token that is only
+    the space when more follow: tokenizers that split digits (SmolLM2, Gemma-3, Qwen2,
+    Llama-3) make " 46" a space and the digits, and the answer is read at its first digit."""
+    ids = tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"]
+    if len(ids) > 1 and not tokenizer.decode(ids[:1]).strip():
+        ids = ids[1:]
+    return ids
 
 
 def pairs_batch(pairs, tokenizer) -> CounterfactualBatch:
