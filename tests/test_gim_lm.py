@@ -70,9 +70,10 @@ def test_rows_parse_through_mib_with_the_right_answers(tmp_path):
         assert f" are {color}. What color" in clean  # the right colour is the one the question states
     for _, row in mib.read_rows(tmp_path / "arithmetic_addition", "test").iterrows():
         clean, corrupt, a, f = mib.answers("arithmetic_addition", row)
-        x, y = clean.rstrip("=").split("+")
+        assert clean.startswith(mib_synth.FEW_SHOT) and corrupt.startswith(mib_synth.FEW_SHOT)
+        x, y = clean.split("\n")[-1].rstrip("=").split("+")
         assert int(a) == int(x) + int(y) < 100 and a[0] != f[0]
-        x, y = corrupt.rstrip("=").split("+")
+        x, y = corrupt.split("\n")[-1].rstrip("=").split("+")
         assert int(f) == int(x) + int(y)
 
 

@@ -176,14 +176,17 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     status, summary, curves, fa_rows = [], [], [], []
     graph = Graph.from_bridge(bridge)
     check_supported(bridge)
-    with Progress(name, "GIM on the LM", max(1, len(solved) * len(s["methods"])), every) as prog:
+    fa_on = bool(s["fa"]["methods"] and s["fa"]["n_examples"])
+    stages = len(solved) * len(s["methods"]) + int(fa_on and "ioi" in solved)
+    with Progress(name, "GIM on the LM", max(1, stages), every) as prog:
         prog.watch(bridge)
         for task in solved:
             data = mib.load(task, tokenizer, int(s["n_eval"]), [str(data_dir)], split="test")
             got = localize_task(bridge, graph, data, name, task, s, prog)
             status, summary, curves = status + got[0], summary + got[1], curves + got[2]
-            if task == "ioi" and s["fa"]["methods"] and s["fa"]["n_examples"]:
-                st, rows = feature_attribution(bridge, tokenizer, data, name, s)
+            if task == "ioi" and fa_on:
+                with prog.stage("ioi feature attribution"):
+                    st, rows = feature_attribution(bridge, tokenizer, data, name, s)
                 status, fa_rows = status + st, fa_rows + rows
     for r in tasks:
         if not r["solved"]:
