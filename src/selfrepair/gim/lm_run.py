@@ -147,7 +147,8 @@ def settings(lms: dict, gim: dict, scale: str = "default") -> dict:
     """The settings :func:`run_lm` takes, from the ``gim.lms`` section (its ``large`` sizes
     when ``scale`` is "large") and the gim section's fractions, integration steps,
     weighting, EActP limit and data seed (the bootstrap's seed)."""
-    sized = {**{k: lms[k] for k in ("n_eval", "n_gate", "methods", "fa_examples")}, **(lms["large"] if scale == "large" else {})}  # fmt: skip
+    sized = {k: lms[k] for k in ("n_eval", "n_gate", "methods", "fa_examples", "fa_methods")}
+    sized.update(lms["large"] if scale == "large" else {})
     return {
         "tasks": list(lms["tasks"]), "n_eval": int(sized["n_eval"]), "n_gate": int(sized["n_gate"]),
         "batch_size": int(lms["batch_size"]), "gate_margin": float(lms["gate_margin"]),
@@ -155,7 +156,7 @@ def settings(lms: dict, gim: dict, scale: str = "default") -> dict:
         "fractions": list(gim["fractions"]), "ig_steps": int(gim["ig_steps"]), "weighting": str(gim["weighting"]),
         "eactp_max_edges": int(gim["eactp_max_edges"]),
         "fa": {"n_examples": int(sized["fa_examples"]), "ig_steps": int(lms["fa_ig_steps"]),
-               "methods": list(lms["fa_methods"])},
+               "methods": list(sized["fa_methods"])},
     }  # fmt: skip
 
 
