@@ -526,7 +526,7 @@ rule gim_lm:
     threads: COMPUTE_THREADS
     resources:
         gpu=GPU_JOB,
-        mem_mb=5000,
+        mem_mb=7000,
     params:
         name="{lm}",
         lms=G_LMS,
