@@ -477,3 +477,83 @@ rule gim_mib:
         ),
     script:
         "../../scripts/gim_mib.py"
+
+
+# ---- Real LMs (lms.models): MIB-format datasets made here, the accuracy gate, localization
+# with bootstrap intervals over pairs, feature attribution on IOI (gim/lm_run.py).
+G_LMS = GIM["lms"]
+G_LM_DATA = "results/lms/data"
+G_LM_DIR = f"{G_DIR}/lms/{{lm}}"
+G_LM_TABLES = ["status", "tasks", "localization", "curves", "feature_attribution"]
+# MIB's batch weighting needs full batches (as gim.mib's check above)
+for _scale, _sized in (("", G_LMS), ("large.", G_LMS["large"])):
+    if GIM["weighting"] == "mib" and _sized["n_eval"] % G_LMS["batch_size"]:
+        raise WorkflowError(
+            f"invalid config:\n  gim.lms.batch_size ({G_LMS['batch_size']}) does not divide "
+            f"gim.lms.{_scale}n_eval ({_sized['n_eval']}): under gim.weighting mib every batch must be full"
+        )
+if LM_NAMES:
+    register("gim", [f"{G_DIR}/lms/{lm}/status.csv" for lm in LM_NAMES])
+
+
+rule gim_lm_data:
+    output:
+        directory(G_LM_DATA),
+    log:
+        "logs/gim/lm_data.log",
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        tasks=G_LMS["tasks"],
+        n_rows=G_LMS["n_rows"],
+        seed=GIM["data_seed"],
+        code=code_hash("tasks/mib_synth"),
+    script:
+        "../../scripts/gim_lm_data.py"
+
+
+rule gim_lm:
+    input:
+        model=lambda w: lm_folder(w.lm),
+        data=G_LM_DATA,
+    output:
+        **{t: f"{G_LM_DIR}/{t}.csv" for t in G_LM_TABLES},
+    log:
+        "logs/gim/lm_{lm}.log",
+    benchmark:
+        "benchmarks/gim/lm_{lm}.tsv"
+    wildcard_constraints:
+        lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+        mem_mb=7000,
+    params:
+        name="{lm}",
+        lms=G_LMS,
+        scale=LMS["scale"],
+        gim={
+            k: GIM[k]
+            for k in (
+                "fractions",
+                "ig_steps",
+                "weighting",
+                "eactp_max_edges",
+                "data_seed",
+            )
+        },
+        device=DEVICE,
+        numerics=NUMERICS,
+        code=code_hash(
+            *G_CODE,
+            "gim/lm_run",
+            "gim/lm_pairs",
+            "gim/feature_attribution",
+            "tasks/mib",
+            "core/models",
+            "core/model_files",
+        ),
+    script:
+        "../../scripts/gim_lm.py"

@@ -115,9 +115,9 @@ def _pad(tokenizer, vocab_size: int | None) -> int:
 def _several_tokens(tokenizer, texts_used: list[tuple[str, str]]) -> list[str]:
     """A note when answers or foils of the pairs used are several tokens long: their first
     token is read (MIB's convention)."""
-    from selfrepair.tasks.mib import answer_ids
+    from selfrepair.tasks.mib import answer_tokens
 
-    n = sum(1 for a, f in texts_used if len(answer_ids(tokenizer, a)) > 1 or len(answer_ids(tokenizer, f)) > 1)
+    n = sum(1 for a, f in texts_used if len(answer_tokens(tokenizer, a)) > 1 or len(answer_tokens(tokenizer, f)) > 1)
     if not n:
         return []
     return [f"{n} pairs have an answer or foil of several tokens: their first token is read (MIB's convention)"]

@@ -15,7 +15,8 @@ have MIB's fields:
 
 A counterfactual field is either a prompt string or a dict with ``prompt`` (and, where
 the answer comes from it, ``choices``/``answerKey``/``label``). Answers are tokenized
-with a leading space and only their first token is kept (MIB's convention). Pairs whose
+with a leading space and only their first token is kept (MIB's convention; a
+first token that is only the space is skipped, :func:`answer_tokens`). Pairs whose
 clean and counterfactual prompts tokenize to different lengths (edge patching needs
 aligned positions), or that hold a word the tokenizer does not know, are dropped; the rest are right-padded per length group, and the
 logits are read at each prompt's last token.
@@ -233,10 +234,15 @@ def load(
     return pairs_batch(pairs, tokenizer)
 
 
-def answer_ids(tokenizer, text: str) -> list[int]:
-    """The tokens of an answer by MIB's convention: with a leading space, no special tokens
-    (:func:`pair_ids` keeps the first)."""
-    return tokenizer(" " + text.strip(), add_special_tokens=False)["input_ids"]
+def answer_tokens(tokenizer, answer: str) -> list[int]:
+    """The tokens of `` answer`` by MIB's convention (a leading space, no special tokens;
+    :func:`pair_ids` keeps the first), less a first token that is only the space when more
+    follow: tokenizers that split digits (SmolLM2, Gemma-3, Qwen2, Llama-3) make " 46" a
+    space and the digits, and the answer is read at its first digit."""
+    ids = tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"]
+    if len(ids) > 1 and not tokenizer.decode(ids[:1]).strip():
+        ids = ids[1:]
+    return ids
 
 
 def prompt_ids(tokenizer, text: str) -> list[int]:
@@ -278,12 +284,12 @@ def _unknown_words(tokenizer, text: str, unk: int) -> list[str]:
 
 def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
     """(clean ids, corrupt ids, answer id, foil id) of one pair by MIB's convention (the
-    answers with a leading space, their first token), or why the pair cannot be used (a
+    answers with a leading space, their first token; :func:`answer_tokens`), or why the pair cannot be used (a
     string): prompts of different token lengths, an empty answer, answer and foil alike,
     a word the tokenizer does not know (it would become the unknown token, on a
     word-level tokenizer also its padding: another pair than the one written)."""
     c, r = prompt_ids(tokenizer, clean), prompt_ids(tokenizer, corrupt)
-    a, f = answer_ids(tokenizer, answer), answer_ids(tokenizer, foil)
+    a, f = answer_tokens(tokenizer, answer), answer_tokens(tokenizer, foil)
     unk = unknown_token(tokenizer)
     if unk is not None:
         for what, text, ids in (("answer", answer, a), ("foil", foil, f), ("clean prompt", clean, c),

@@ -1,0 +1,202 @@
+"""Paper C's experiments on one real LM (rule gim_lm): which MIB-format tasks the model
+solves (the accuracy gate on held-out prompts), circuit localization of every method on
+each solved task with CPR / CMD and their bootstrap intervals over the pairs
+(:mod:`selfrepair.gim.lm_pairs`), and GIM's feature attribution on the IOI prompts.
+
+The datasets are :mod:`selfrepair.tasks.mib_synth`'s, read by ``tasks.mib.load`` as
+MIB's own (its batch weighting ``mib`` and batch of 20 kept). Prompts are tokenized by the
+checkpoint's own ``tokenizer.json`` with its special tokens: Gemma-3's ``<bos>`` first,
+none on SmolLM2. A failure in one (task, method) costs only its row of ``status``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pandas as pd
+import torch
+
+STATUS_COLUMNS = ["model", "task", "part", "method", "status", "reason", "cpu_s"]
+LOG = logging.getLogger(__name__)
+
+
+def tokenizer_of(folder, bridge):
+    """The folder's own ``tokenizer.json`` (its special tokens as the checkpoint has them),
+    else the bridge's."""
+    from pathlib import Path
+
+    from transformers import PreTrainedTokenizerFast
+
+    if (Path(folder) / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return bridge.tokenizer
+
+
+def choice_ids(task: str, tokenizer, n: int):
+    """[n, 4] ids of the MCQA labels (the choices the accuracy compares), None elsewhere."""
+    from selfrepair.tasks import mib, mib_synth
+
+    if task != "copycolors_mcqa":
+        return None
+    ids = [mib.answer_tokens(tokenizer, label)[0] for label in mib_synth.LABELS]
+    return torch.tensor([ids] * n)
+
+
+def task_rows(bridge, tokenizer, name: str, s: dict, data_dir: str) -> list[dict]:
+    """One row per task of ``s["tasks"]``: held-out accuracy on ``s["n_gate"]`` validation
+    prompts, chance, and whether it enters the run (:func:`lm_pairs.gate`, margin
+    ``s["gate_margin"]``)."""
+    from selfrepair.gim import lm_pairs
+    from selfrepair.tasks import mib, mib_synth
+
+    rows = []
+    for task in s["tasks"]:
+        margin = float(s.get("gate_margin", lm_pairs.GATE_MARGIN))
+        row = {"model": name, "task": task, "chance": mib_synth.CHANCE[task], "margin": margin}
+        try:
+            data = mib.load(task, tokenizer, int(s["n_gate"]), [data_dir], split="validation")
+            ok = lm_pairs.correct(bridge, data, choice_ids(task, tokenizer, len(data)), int(s["batch_size"]))
+            acc = float(ok.float().mean())
+            solved, why = lm_pairs.gate(acc, row["chance"], margin)
+            row.update(n=len(data), accuracy=acc, solved=solved, reason=why, positions=int(data.clean.shape[1]))
+        except Exception as err:  # noqa: BLE001  a task that cannot be read or run is not solved
+            LOG.exception("task %s on %s failed", task, name)
+            row.update(n=0, accuracy=float("nan"), solved=False, reason=f"failed: {type(err).__name__}: {err}")
+        LOG.info("%s %s: %s", name, task, row["reason"])
+        rows.append(row)
+    return rows
+
+
+def _timed(fn):
+    t = time.process_time()
+    out = fn()
+    return out, time.process_time() - t
+
+
+def localize_task(bridge, graph, data, name: str, task: str, s: dict, prog):
+    """(status rows, localization rows, curve rows) of every method on one task."""
+    from selfrepair.gim import lm_pairs
+    from selfrepair.gim.attribute import method_scores, too_large
+    from selfrepair.gim.graph import selection_rule
+
+    fr = tuple(s["fractions"])
+    status, summary, curves = [], [], []
+    for method in s["methods"]:
+        head = {"model": name, "task": task, "part": "localization", "method": method}
+        if why := too_large(method, graph.n_edges, int(s["eactp_max_edges"])):
+            status.append({**head, "status": "not run", "reason": why})
+            continue
+        try:
+            with prog.stage(f"{task} {method}"):
+                scores, t_score = _timed(lambda: method_scores(bridge, graph, data, method, int(s["batch_size"]),
+                                                               int(s["ig_steps"]), str(s["weighting"])))  # fmt: skip
+                pp, t_curve = _timed(lambda: lm_pairs.pair_curves(
+                    bridge, graph, data, scores, fr, int(s["batch_size"]), selection_rule(method)))  # fmt: skip
+            ci = lm_pairs.pair_bootstrap(pp, fr, int(s["n_boot"]), int(s["boot_seed"]))
+        except Exception as err:  # noqa: BLE001  one method's failure costs its row only
+            LOG.exception("%s %s %s failed", name, task, method)
+            status.append({**head, "status": "failed", "reason": f"{type(err).__name__}: {err}"})
+            continue
+        cpu = {"score_cpu_s": t_score, "curves_cpu_s": t_curve}
+        summary.append({**head, "n_edges": graph.n_edges, **ci, **cpu})
+        curves += [{**head, **r} for r in lm_pairs.curve_rows(pp, fr)]
+        status.append({**head, "status": "ran", "reason": f"{len(data)} pairs", "cpu_s": t_score + t_curve})
+    return status, summary, curves
+
+
+def ioi_truth(data) -> torch.Tensor:
+    """[N, T] bool: the positions of the indirect object's name in each clean prompt (the
+    token of the answer), the tokens an IOI attribution should rank first."""
+    return data.clean == data.answer[:, None]
+
+
+def feature_attribution(bridge, tokenizer, data, name: str, s: dict) -> tuple[list[dict], list[dict]]:
+    """(status rows, per-example rows) of GIM's feature attribution and its baselines
+    (:mod:`selfrepair.gim.feature_attribution`) on the first ``s["fa"]["n_examples"]``
+    IOI prompts, each cut at its read position, the target the IO name's logit, the
+    baseline token the tokenizer's pad (else EOS) token. A method's failure costs its rows."""
+    from selfrepair.gim import feature_attribution as fa
+    from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+    f = s["fa"]
+    base = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    truth = ioi_truth(data)
+    status, rows = [], []
+    for method in f["methods"]:
+        head = {"model": name, "task": "ioi", "part": "feature_attribution", "method": method}
+        t = time.process_time()
+        try:
+            for i in range(min(int(f["n_examples"]), len(data))):
+                T = int(data.pos[i]) + 1
+                one = CounterfactualBatch(data.clean[i : i + 1, :T], data.corrupt[i : i + 1, :T],
+                                          data.answer[i : i + 1], data.foil[i : i + 1], torch.tensor([T - 1]))  # fmt: skip
+                df = fa.evaluate(bridge, one, truth[i : i + 1, :T], base, (method,), int(f["ig_steps"]))
+                rows += [{**head, **r, "example": i} for r in df.to_dict("records")]
+        except Exception as err:  # noqa: BLE001
+            LOG.exception("%s feature attribution %s failed", name, method)
+            rows = [r for r in rows if r["method"] != method]
+            status.append({**head, "status": "failed", "reason": f"{type(err).__name__}: {err}"})
+            continue
+        n = min(int(f["n_examples"]), len(data))
+        status.append({**head, "status": "ran", "reason": f"{n} prompts", "cpu_s": time.process_time() - t})
+    return status, rows
+
+
+def settings(lms: dict, gim: dict, scale: str = "default") -> dict:
+    """The settings :func:`run_lm` takes, from the ``gim.lms`` section (its ``large`` sizes
+    when ``scale`` is "large") and the gim section's fractions, integration steps,
+    weighting, EActP limit and data seed (the bootstrap's seed)."""
+    sized = {k: lms[k] for k in ("n_eval", "n_gate", "methods", "fa_examples", "fa_methods")}
+    sized.update(lms["large"] if scale == "large" else {})
+    return {
+        "tasks": list(lms["tasks"]), "n_eval": int(sized["n_eval"]), "n_gate": int(sized["n_gate"]),
+        "batch_size": int(lms["batch_size"]), "gate_margin": float(lms["gate_margin"]),
+        "methods": list(sized["methods"]), "n_boot": int(lms["n_boot"]), "boot_seed": int(gim["data_seed"]),
+        "fractions": list(gim["fractions"]), "ig_steps": int(gim["ig_steps"]), "weighting": str(gim["weighting"]),
+        "eactp_max_edges": int(gim["eactp_max_edges"]),
+        "fa": {"n_examples": int(sized["fa_examples"]), "ig_steps": int(lms["fa_ig_steps"]),
+               "methods": list(sized["fa_methods"])},
+    }  # fmt: skip
+
+
+def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: float = 30.0) -> dict:
+    """Every part on one LM: {"status", "tasks", "localization", "curves",
+    "feature_attribution"} tables. ``s``: the ``gim.lms`` settings (one scale), with the
+    gim section's ``fractions``, ``ig_steps``, ``weighting``, ``eactp_max_edges``."""
+    from selfrepair.core.models import load_bridge
+    from selfrepair.core.progress import Progress
+    from selfrepair.gim.graph import Graph
+    from selfrepair.gim.localization import check_supported
+    from selfrepair.tasks import mib
+
+    bridge = load_bridge(folder, device)
+    tokenizer = tokenizer_of(folder, bridge)
+    tasks = task_rows(bridge, tokenizer, name, s, str(data_dir))
+    solved = [r["task"] for r in tasks if r["solved"]]
+    status, summary, curves, fa_rows = [], [], [], []
+    graph = Graph.from_bridge(bridge)
+    check_supported(bridge)
+    fa_on = bool(s["fa"]["methods"] and s["fa"]["n_examples"])
+    stages = len(solved) * len(s["methods"]) + int(fa_on and "ioi" in solved)
+    with Progress(name, "GIM on the LM", max(1, stages), every) as prog:
+        prog.watch(bridge)
+        for task in solved:
+            data = mib.load(task, tokenizer, int(s["n_eval"]), [str(data_dir)], split="test")
+            got = localize_task(bridge, graph, data, name, task, s, prog)
+            status, summary, curves = status + got[0], summary + got[1], curves + got[2]
+            if task == "ioi" and fa_on:
+                with prog.stage("ioi feature attribution"):
+                    st, rows = feature_attribution(bridge, tokenizer, data, name, s)
+                status, fa_rows = status + st, fa_rows + rows
+    for r in tasks:
+        if not r["solved"]:
+            status.append({"model": name, "task": r["task"], "part": "localization", "method": "",
+                           "status": "not run", "reason": f"task not solved: {r['reason']}"})  # fmt: skip
+    return {
+        "status": pd.DataFrame(status, columns=STATUS_COLUMNS),
+        "tasks": pd.DataFrame(tasks),
+        "localization": pd.DataFrame(summary),
+        "curves": pd.DataFrame(curves),
+        "feature_attribution": pd.DataFrame(fa_rows),
+    }
