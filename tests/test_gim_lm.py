@@ -170,6 +170,39 @@ def test_bootstrap_interval_matches_an_independent_percentile_bootstrap():
     assert got["cpr_lo"] < got["cpr"] < got["cpr_hi"] and got["n_pairs"] == n
 
 
+def test_paired_contrast_matches_an_independent_paired_bootstrap():
+    a = _hand_table()
+    b = {k: (v * 0.5 if k in ("signed", "absolute") else v) for k, v in a.items()}  # a weaker method
+    n, B = len(a["full"]), 300
+
+    def areas(t, i):
+        m_full, m_empty = np.mean(t["full"][i]), np.mean(t["empty"][i])
+        f_s = [(np.mean(t["signed"][k][i]) - m_empty) / (m_full - m_empty) for k in range(3)]
+        f_a = [(np.mean(t["absolute"][k][i]) - m_empty) / (m_full - m_empty) for k in range(3)]
+        return np.trapezoid(f_s, FRACTIONS), np.trapezoid(np.abs(1 - np.array(f_a)), FRACTIONS)
+
+    rng = np.random.default_rng(5)  # one resample of the pairs serves both methods
+    d = []
+    for _ in range(B):
+        i = rng.integers(0, n, n)
+        (ca, ma), (cb, mb) = areas(a, i), areas(b, i)
+        d.append((ca - cb, ma - mb))
+    d = np.array(d)
+    got = lm_pairs.paired_contrast(a, b, FRACTIONS, B, seed=5)
+    all_pairs = np.arange(n)
+    assert got["d_cpr"] == pytest.approx(areas(a, all_pairs)[0] - areas(b, all_pairs)[0], rel=1e-12)
+    assert got["d_cpr_lo"] == pytest.approx(np.percentile(d[:, 0], 2.5), rel=1e-9)
+    assert got["d_cpr_hi"] == pytest.approx(np.percentile(d[:, 0], 97.5), rel=1e-9)
+    assert got["d_cmd_lo"] == pytest.approx(np.percentile(d[:, 1], 2.5), rel=1e-9)
+    assert got["d_cmd_hi"] == pytest.approx(np.percentile(d[:, 1], 97.5), rel=1e-9)
+    rows = lm_pairs.contrast_rows({"gim": a, "eap": b}, "gim", FRACTIONS, 20, 0)
+    assert [(r["method"], r["versus"]) for r in rows] == [("gim", "eap")]
+    assert lm_pairs.contrast_rows({"eap": b}, "gim", FRACTIONS, 20, 0) == []
+    short = {k: (v[..., :-1] if k in ("full", "empty", "signed", "absolute") else v) for k, v in a.items()}
+    with pytest.raises(ValueError, match="same pairs"):
+        lm_pairs.paired_contrast(a, short, FRACTIONS, 10)
+
+
 # ---------------------------------------------------------------- smoke ----------
 SMOKE = {
     "tasks": list(mib_synth.TASKS), "n_eval": 4, "n_gate": 4, "batch_size": 2, "gate_margin": -1.0,
@@ -198,6 +231,9 @@ def test_gim_lm_smoke_on_a_tiny_llama(tmp_path):
     assert st[st["method"] == "eactp"]["reason"].str.contains("eactp_max_edges 10").all()
     assert set(out["feature_attribution"]["method"]) == {"gim", "grad_x_input"}
     assert len(out["curves"]) == 3 * 2 * 2 * 3  # tasks x methods x rankings x fractions
+    c = out["contrasts"]  # GIM against EAP on each task, on the same pairs
+    assert sorted(zip(c["task"], c["versus"])) == sorted((t, "eap") for t in mib_synth.TASKS)
+    assert (c["d_cpr_lo"] <= c["d_cpr_hi"]).all() and (c["n_pairs"] == 4).all()
 
 
 # ---------------------------------------------------------------- rule -----------

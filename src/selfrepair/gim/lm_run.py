@@ -75,13 +75,14 @@ def _timed(fn):
 
 
 def localize_task(bridge, graph, data, name: str, task: str, s: dict, prog):
-    """(status rows, localization rows, curve rows) of every method on one task."""
+    """(status rows, localization rows, curve rows, contrast rows: GIM against each other
+    method, paired over the pairs) of every method on one task."""
     from selfrepair.gim import lm_pairs
     from selfrepair.gim.attribute import method_scores, too_large
     from selfrepair.gim.graph import selection_rule
 
     fr = tuple(s["fractions"])
-    status, summary, curves = [], [], []
+    status, summary, curves, per_method = [], [], [], {}
     for method in s["methods"]:
         head = {"model": name, "task": task, "part": "localization", "method": method}
         if why := too_large(method, graph.n_edges, int(s["eactp_max_edges"])):
@@ -99,10 +100,12 @@ def localize_task(bridge, graph, data, name: str, task: str, s: dict, prog):
             status.append({**head, "status": "failed", "reason": f"{type(err).__name__}: {err}"})
             continue
         cpu = {"score_cpu_s": t_score, "curves_cpu_s": t_curve}
+        per_method[method] = pp
         summary.append({**head, "n_edges": graph.n_edges, **ci, **cpu})
         curves += [{**head, **r} for r in lm_pairs.curve_rows(pp, fr)]
         status.append({**head, "status": "ran", "reason": f"{len(data)} pairs", "cpu_s": t_score + t_curve})
-    return status, summary, curves
+    contrasts = lm_pairs.contrast_rows(per_method, "gim", fr, int(s["n_boot"]), int(s["boot_seed"]))
+    return status, summary, curves, [{"model": name, "task": task, **c} for c in contrasts]
 
 
 def ioi_truth(data) -> torch.Tensor:
@@ -174,7 +177,7 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     tokenizer = tokenizer_of(folder, bridge)
     tasks = task_rows(bridge, tokenizer, name, s, str(data_dir))
     solved = [r["task"] for r in tasks if r["solved"]]
-    status, summary, curves, fa_rows = [], [], [], []
+    status, summary, curves, contrasts, fa_rows = [], [], [], [], []
     graph = Graph.from_bridge(bridge)
     check_supported(bridge)
     fa_on = bool(s["fa"]["methods"] and s["fa"]["n_examples"])
@@ -184,7 +187,7 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
         for task in solved:
             data = mib.load(task, tokenizer, int(s["n_eval"]), [str(data_dir)], split="test")
             got = localize_task(bridge, graph, data, name, task, s, prog)
-            status, summary, curves = status + got[0], summary + got[1], curves + got[2]
+            status, summary, curves, contrasts = status + got[0], summary + got[1], curves + got[2], contrasts + got[3]
             if task == "ioi" and fa_on:
                 with prog.stage("ioi feature attribution"):
                     st, rows = feature_attribution(bridge, tokenizer, data, name, s)
@@ -198,5 +201,6 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
         "tasks": pd.DataFrame(tasks),
         "localization": pd.DataFrame(summary),
         "curves": pd.DataFrame(curves),
+        "contrasts": pd.DataFrame(contrasts),
         "feature_attribution": pd.DataFrame(fa_rows),
     }
