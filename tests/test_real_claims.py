@@ -46,3 +46,47 @@ def test_table_and_counts():
     bad = dict(rows[0], verdict="maybe")
     with pytest.raises(ValueError, match="maybe"):
         R.table([bad])
+
+
+def _contrasts(task="ioi"):
+    import pandas as pd
+
+    # GIM against each other method on one task: CPR gains and CMD differences with intervals
+    rows = [
+        ("eap", 0.30, 0.10, 0.50, -0.010, -0.020, -0.001),
+        ("eap-ig", -0.05, -0.20, 0.10, 0.002, -0.004, 0.008),  # the strongest other by CPR and by CMD
+        ("gim-no-tsg", 0.40, 0.20, 0.60, 0.0, 0.0, 0.0),
+        ("gim-no-ln", -0.30, -0.50, -0.10, 0.0, 0.0, 0.0),
+    ]
+    cols = ["versus", "d_cpr", "d_cpr_lo", "d_cpr_hi", "d_cmd", "d_cmd_lo", "d_cmd_hi"]
+    t = pd.DataFrame(rows, columns=cols)
+    return t.assign(task=task, method="gim", n_pairs=20)
+
+
+def test_gim_lm_claims_from_hand_made_tables():
+    import pandas as pd
+
+    from selfrepair.gim.lm_claims import lm_claims
+
+    tasks = pd.DataFrame({"task": ["ioi", "copycolors_mcqa"], "solved": [True, False]})
+    fa = pd.DataFrame(
+        {
+            "example": [0, 0, 1, 1, 2, 2],
+            "method": ["gim", "grad_x_input"] * 3,
+            "comprehensiveness": [0.5, 0.2, 0.6, 0.4, 0.7, 0.3],  # differences 0.3, 0.2, 0.4
+        }
+    )
+    t = R.table(lm_claims("m", tasks, _contrasts(), fa)).set_index("id")
+    assert not any("copycolors" in i for i in t.index)  # an unsolved task has no claims
+    best = t.loc["lm_gim_best_cpr_ioi"]  # against EAP-IG, the smallest gain: straddles 0
+    assert best["measured"] == -0.05 and best["verdict"] == "inconclusive" and "eap-ig" in best["note"]
+    cmd = t.loc["lm_gim_best_cmd_ioi"]  # against EAP-IG, the largest CMD difference: straddles 0
+    assert cmd["measured"] == 0.002 and cmd["verdict"] == "inconclusive"
+    assert t.loc["lm_gim_needs_tsg_ioi", "verdict"] == "holds"
+    assert t.loc["lm_gim_needs_ln_ioi", "verdict"] == "fails"
+    assert t.loc["lm_gim_needs_norm_ioi", "verdict"] == "not run"
+    fa_row = t.loc["lm_gim_fa_comprehensiveness"]
+    # mean 0.3, sd 0.1, t_{0.975, 2} = 4.302653: half width 0.3 * ... = 4.302653 * 0.1 / sqrt(3)
+    assert fa_row["measured"] == pytest.approx(0.3)
+    assert fa_row["ci_low"] == pytest.approx(0.3 - 4.302653 * 0.1 / 3**0.5, rel=1e-5)
+    assert fa_row["verdict"] == "holds" and fa_row["n"] == 3
