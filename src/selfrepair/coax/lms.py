@@ -153,6 +153,7 @@ def _attempt(rows: list, name: str, experiment: str, run, where: tuple) -> bool:
         log.exception("%s %s failed; its status row says so and the other parts go on", name, experiment)
     cpu = time.process_time() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the job's peak so far (kB on Linux)
+    log.info("%s %s %s: %.0f CPU-s, peak RSS so far %.0f MB", name, experiment, "ran" if ok else "not run", cpu, rss)
     rows.append(dict(zip(STATUS_COLUMNS, [name, experiment, "ran" if ok else "not run", reason, cpu, rss, *where])))
     return ok
 
