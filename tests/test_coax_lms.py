@@ -172,16 +172,17 @@ def test_coax_lm_runs_every_part(tiny_lm, tmp_path):
     assert list(bos["bos"]) == [False, True] and int(bos["chosen"].sum()) == 1
     heads = pd.read_csv(tmp_path / "heads.csv")
     ioi_h = heads[heads.task == "ioi"]
-    assert len(ioi_h) == 8 and int((ioi_h.role == "primary").sum()) == 2
-    # 6 candidates, a quarter of them rounded: 2 at most, each with beta > 0
+    n_heads = {"llama": 8, "gemma3": 4}[name]  # 2 layers of 4 heads; 2 of 2
+    assert len(ioi_h) == n_heads and int((ioi_h.role == "primary").sum()) == 2
+    # the candidates' quarter, rounded, at least 1 (llama: 2 of 6; gemma3: 1 of 2), beta > 0
     back = ioi_h[ioi_h.role == "backup"]
-    assert len(back) <= 2 and (back.beta > 0).all()
+    assert len(back) <= {"llama": 2, "gemma3": 1}[name] and (back.beta > 0).all()
     disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
     assert list(disc["method"]) == list(DISCOVERY_METHODS)
     assert (disc["ground_truth"] == "conditional ablation on this model (no documented circuit)").all()
     for f in ("ioi_summary", "ioi_wake", "ioi_freeze", "ioi_knockout", "induction"):
         assert len(pd.read_csv(tmp_path / f"{f}.csv")) > 0, f
-    assert int((heads.task == "induction").sum()) == 8
+    assert int((heads.task == "induction").sum()) == n_heads
 
 
 def test_a_failing_part_costs_its_row_only(tiny_lm, tmp_path):
