@@ -440,7 +440,7 @@ rule coax_lm:
     resources:
         gpu=GPU_JOB,
         # measured peak RSS at the default sizes (docs/results/paper-b.md): Gemma-3-270M
-        # 3.8 GB (in induction), SmolLM2-135M 1.3 GB; the large sizes add induction's 16
+        # 3.8 GB, SmolLM2-135M 2.0 GB (both in induction); the large sizes add induction's 16
         # sequences of 98 tokens over a 262k vocabulary (~1.6 GB of logits, estimated)
         mem_mb=lambda w: 6500 if config["lms"]["scale"] == "large" else 4500,
     params:
