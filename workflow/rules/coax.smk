@@ -4,6 +4,7 @@
 # induction:  results/coax/induction/{model}/model -> heads.csv, sets.csv -> tables/induction.csv
 # pruning:    results/coax/pruning/model -> perplexity.csv
 # real:       results/coax/real/status.csv (GPT-2 ... when their weights are local)
+# packaged LMs: results/lms/{lm}/model -> results/coax/lms/{lm}/status.csv, tables/
 # -> results/coax/figures/*.png|pdf, results/published/coax.csv
 
 
@@ -16,6 +17,15 @@ C_DIR = "results/coax"
 C_TABLES = "results/coax/tables"
 C_FIGS = "results/coax/figures"
 C_IND_MODELS = {m["name"]: m for m in C_IND["models"]}
+
+
+def coax_lms_settings():
+    """coax.lms at the scale of config lms.scale: the shared keys with that scale's sizes."""
+    lms_cfg = COAX["lms"]
+    shared = {k: v for k, v in lms_cfg.items() if k not in ("default", "large")}
+    return {**shared, **lms_cfg[config["lms"]["scale"]]}
+
+
 C_FIGURES = ["synthetic", "discovery", "wakeup", "knockout", "induction", "pruning"]
 C_IOI_FILES = ["scores", "discovery", "wake", "freeze", "knockout"]
 C_FIG_INPUTS = {  # each figure draws only its own table(s)
@@ -41,6 +51,8 @@ register(
     [f"{C_FIGS}/{f}.{ext}" for f in C_FIGURES for ext in ("png", "pdf")]
     + ["results/published/coax.csv"],
 )
+if LM_NAMES:
+    register("coax", [f"{C_DIR}/lms/{lm}/status.csv" for lm in LM_NAMES])
 
 
 rule coax_synthetic:
@@ -417,6 +429,55 @@ rule coax_real:
         ),
     script:
         "../../scripts/coax_real.py"
+
+
+rule coax_lm:
+    input:
+        model=lambda w: lm_folder(w.lm),
+    output:
+        status=f"{C_DIR}/lms/{{lm}}/status.csv",
+        tables=directory(f"{C_DIR}/lms/{{lm}}/tables"),
+    log:
+        "logs/coax/lms/{lm}.log",
+    benchmark:
+        "benchmarks/coax/lms/{lm}.tsv"
+    wildcard_constraints:
+        lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+        # measured peak RSS at the default sizes (docs/results/paper-b.md): Gemma-3-270M
+        # 3.8 GB, SmolLM2-135M 2.0 GB (both in induction); the large sizes add induction's 16
+        # sequences of 98 tokens over a 262k vocabulary (~1.6 GB of logits, estimated)
+        mem_mb=lambda w: 6500 if config["lms"]["scale"] == "large" else 4500,
+    params:
+        lm="{lm}",
+        settings=coax_lms_settings(),
+        protocol="v2",  # COAX protocol v2: the last position, full vocabulary
+        ioi=C_IOI,
+        induction=C_IND,
+        device=DEVICE,
+        numerics=NUMERICS,
+        code=code_hash(
+            "coax/lms",
+            "coax/name_movers",
+            "coax/ioi_experiment",
+            "coax/induction_experiment",
+            "coax/score",
+            "coax/wake_up",
+            "coax/baselines",
+            "coax/head_gradients",
+            "core/interventions",
+            "core/stats",
+            "core/models",
+            "core/model_files",
+            "tasks/ioi",
+            "tasks/induction",
+        ),
+    script:
+        "../../scripts/coax_lm.py"
 
 
 rule coax_fig:

@@ -153,6 +153,7 @@ def run_ioi(
     max_rows: int = 2048,
     amp_eps: float = baselines.AMP_EPS,
     vocab: int | None = None,
+    last_only: bool = False,
 ) -> dict:
     """Paper B's IOI experiments on one model and one prompt set.
 
@@ -161,18 +162,20 @@ def run_ioi(
     ``vocab``: the bound on ``v2``'s full vocabulary (:func:`score.support_at`). Returns
     DataFrames: scores (per head), discovery (ROC-AUC and top-k recall per method),
     wake (wake-up curve), freeze, recovery and knockout, plus the forward-pass count.
+    ``last_only``: the intact run is unembedded at the last position only (every part
+    reads that one; a 262k vocabulary at every position is gigabytes).
     """
 
     heads, primaries, backups = list(heads), list(primaries), list(backups)
     cands = [h for h in heads if h not in primaries]
     metric = lambda lg: logit_diff(lg, prompts)  # noqa: E731
+    last = [prompts.tokens.shape[1] - 1]
     # one intact run of the prompts, shared by every part below: each ablated or
     # interpolated run resumes from it at the first layer it changes (interventions.Prefix)
-    pfx = Prefix(bridge, prompts.tokens, keep_z=True)
+    pfx = Prefix(bridge, prompts.tokens, keep_z=True, positions=last if last_only else None)
     sc = coax.scan(
         bridge, prompts.tokens, cands, primaries, protocol, top_r, max_rows=max_rows, prefix=pfx, vocab=vocab
     )
-    last = [prompts.tokens.shape[1] - 1]
     # wake-up curve: backups vs the other candidates, 0..|S| primaries ablated; its last
     # point (all of S ablated) is each candidate's wake-up ratio
     wc = coax.wake_up_curve(bridge, prompts.tokens, primaries, cands, positions=last, prefix=pfx)

@@ -158,21 +158,26 @@ class Prefix:
     l, l+1, ... (with the hooks that are in force firing inside them, as in a full
     forward), then its final LayerNorm and its unembedding, at only the ``positions``
     asked for (the LayerNorm and unembedding act on each position alone). Each block is
-    called with the attention mask and position ids the bridge's own forward gave it.
+    called with the attention mask and position ids the bridge's own forward gave that
+    block (Gemma-3's sliding-window and global layers get different masks and rotary
+    embeddings).
     Every kernel computes each row independently of the others, so the logits are those
     of a full forward of the same rows (bit for bit, measured on the CPU; the repeated
     rows of several sets are the same rows). Keeps: the stream entering every block
     (``pre``, [B, T, d_model] each), the stream after the last block (``final``) and,
-    with ``keep_z``, every layer's clean ``hook_z``.
+    with ``keep_z``, every layer's clean ``hook_z``. With ``positions``, the intact run
+    stops before the final norm and only those positions are unembedded (a 262k
+    vocabulary at every position is gigabytes); :meth:`logits` then serves those only.
 
     A model without the bridge's block stack (``blocks.{l}.hook_in``, ``ln_final``,
     ``unembed``; e.g. the hand-built toys of the tests) is run whole instead: every run
     from the embedding, its logits sliced at ``positions``.
     """
 
-    def __init__(self, bridge, tokens: torch.Tensor, keep_z: bool = False):
+    def __init__(self, bridge, tokens: torch.Tensor, keep_z: bool = False, positions=None):
         tokens = tokens.to(next(bridge.parameters()).device)  # host tokens follow the model (a no-op on the CPU)
         self.bridge, self.tokens = bridge, tokens
+        self.kept = None if positions is None else list(positions)
         self.n_layers = int(bridge.cfg.n_layers)
         self.b = tokens.shape[0]
         self.pre: list = [None] * self.n_layers
@@ -184,10 +189,13 @@ class Prefix:
         if not self.resumable:
             self._whole(keep_z)
             return
-        call: dict = {}
+        calls: dict = {}
 
-        def grab(module, args, kwargs):
-            call["args"], call["kwargs"] = args, kwargs
+        def grab(layer):
+            def fn(module, args, kwargs):
+                calls[layer] = (args, kwargs)
+
+            return fn
 
         def keep_pre(layer):
             def fn(x, hook):
@@ -198,6 +206,8 @@ class Prefix:
 
         def keep_final(x, hook):  # the stream after the last block
             self.final = x.detach()
+            if self.kept is not None:  # no unembedding of every position: logits() makes the kept ones
+                raise _Stop
             return x
 
         def keep_z_of(name):
@@ -213,19 +223,23 @@ class Prefix:
             hooks += [
                 (f"blocks.{la}.attn.hook_z", keep_z_of(f"blocks.{la}.attn.hook_z")) for la in range(self.n_layers)
             ]
-        handle = bridge.blocks[0].register_forward_pre_hook(grab, with_kwargs=True)
+        handles = [
+            bridge.blocks[la].register_forward_pre_hook(grab(la), with_kwargs=True) for la in range(self.n_layers)
+        ]
+        full = None
         try:
             with torch.no_grad():
                 full = bridge.run_with_hooks(tokens, fwd_hooks=hooks)
+        except _Stop:
+            pass
         finally:
-            handle.remove()
-        # the bridge's own call of block 0, for every block: the same attention mask,
-        # position ids / embeddings; no key-value cache (it only serves decoding)
-        self._args = tuple(_no_cache(a) for a in call["args"][1:])
-        self._kwargs = {k: _no_cache(v) for k, v in call["kwargs"].items()}
-        if "use_cache" in self._kwargs:
-            self._kwargs["use_cache"] = False
-        self._clean = full  # the intact logits, at every position
+            for h in handles:
+                h.remove()
+        # the bridge's own call of each block: its attention mask, position ids /
+        # embeddings; no key-value cache (it only serves decoding)
+        self._calls = [_block_call(*calls[la]) for la in range(self.n_layers)]
+        # the intact logits, at every position (or, with ``positions``, at those only)
+        self._clean = full if full is not None else self._head_kept()
         # Resuming must give the full forward's bits. Checked once on the intact run (one
         # forward more, without the unembedding): every block called this way (GPT-Neo's
         # alternating local and global attention does not always take block 0's arguments
@@ -235,6 +249,12 @@ class Prefix:
         capped = getattr(hf_cfg, "final_logit_softcapping", None) is not None
         with torch.no_grad():
             self.resumable = not capped and torch.equal(self.blocks(self.pre[0], 0), self.final)
+        if self.kept is not None and not self.resumable:  # whole forwards: their logits, every position
+            self._clean = self.bridge.run_with_hooks(self.tokens)
+
+    def _head_kept(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self.head(self.final, self.kept)
 
     def _whole(self, keep_z: bool) -> None:
         store: dict = {}
@@ -261,8 +281,13 @@ class Prefix:
         return v
 
     def logits(self, positions=None) -> torch.Tensor:
-        """The intact model's logits [B, P, V] at ``positions`` (default: all)."""
-        return self._clean if positions is None else self._clean[:, positions]
+        """The intact model's logits [B, P, V] at ``positions`` (default: all). Made with
+        ``positions`` kept: those, or a subset of them, only (ValueError otherwise)."""
+        if self.kept is None or not self.resumable:
+            return self._clean if positions is None else self._clean[:, positions]
+        if positions is None or not set(positions) <= set(self.kept):
+            raise ValueError(f"this Prefix keeps the intact logits at positions {self.kept} only, not {positions}")
+        return self._clean[:, [self.kept.index(p) for p in positions]]
 
     def head(self, x: torch.Tensor, positions=None) -> torch.Tensor:
         """Final LayerNorm and unembedding of the stream ``x`` at ``positions``."""
@@ -276,9 +301,10 @@ class Prefix:
         entering block ``start`` ([k B, T, d_model]: k copies of the batch)."""
         stop = self.n_layers if stop is None else stop
         k = x.shape[0] // self.b
-        args = tuple(self._for_rows(a, k) for a in self._args)
-        kwargs = {n: self._for_rows(v, k) for n, v in self._kwargs.items()}
         for layer in range(start, stop):
+            a, kw = self._calls[layer]
+            args = tuple(self._for_rows(v, k) for v in a)
+            kwargs = {n: self._for_rows(v, k) for n, v in kw.items()}
             out = self.bridge.blocks[layer](x, *args, **kwargs)
             x = out[0] if isinstance(out, tuple) else out
         return x
@@ -299,6 +325,18 @@ class Prefix:
             if stop is not None:
                 return x
             return self.head(x, positions)
+
+
+class _Stop(Exception):
+    """Ends an intact forward at the final LayerNorm (no unembedding of every position)."""
+
+
+def _block_call(args, kwargs) -> tuple:
+    """A block's call without its stream and key-value cache: (args, kwargs)."""
+    kwargs = {k: _no_cache(v) for k, v in kwargs.items()}
+    if "use_cache" in kwargs:
+        kwargs["use_cache"] = False
+    return tuple(_no_cache(a) for a in args[1:]), kwargs
 
 
 def _no_cache(v):

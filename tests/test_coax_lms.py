@@ -1,0 +1,210 @@
+"""Paper B on the packaged real LMs (coax.lms, coax.name_movers, rule coax_lm), on tiny
+local models: the name-mover finder on a Llama with planted heads, the last-position
+unembedding against the full one, the library's smoke run on a tiny Llama and a tiny
+Gemma-3, and the rule's plan."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+import golden_suite as G
+from selfrepair.coax import lms, name_movers
+from selfrepair.coax.baselines import DISCOVERY_METHODS
+from selfrepair.core.interventions import Prefix
+from selfrepair.core.models import load_bridge, save_model
+from selfrepair.tasks import ioi
+
+WORDS = ["<unk>", "<bos>", ",", "When", "and", "went", "to", "the", "gave", "a"] + ioi.NAMES + ioi.PLACES + ioi.OBJECTS
+V = 60
+C_OUT = 3.0  # the planted name mover's output gain
+
+
+def _word_tokenizer(folder):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>").save_pretrained(folder)
+
+
+def _planted_llama(folder):
+    """A 2-layer Llama (d_model 16, 4 heads of 16, tied embeddings) whose only writers
+    are two layer-1 heads that attend to the token 'Mary' (query bias, key = the
+    direction of Mary's embedding, in head dimensions 4-7 whose rotary frequency is ~0):
+    L1H2 copies it (V = identity, O = +3 I: a name mover when Mary is IO), L1H0 writes
+    it negated (O = -1.5 I: attends IO, writes against it). Every other head's output
+    projection and every MLP's down projection are zero."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, head_dim=16, max_position_embeddings=64, attention_bias=True, rope_theta=1e12,
+        tie_word_embeddings=True,
+    )  # fmt: skip
+    m = LlamaForCausalLM(cfg)
+    mary = WORDS.index("Mary")
+    with torch.no_grad():
+        m.model.embed_tokens.weight.normal_(0, 1)
+        e = m.model.embed_tokens.weight[mary] / m.model.embed_tokens.weight[mary].norm()
+        for layer in m.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.zero_()
+        att = m.model.layers[1].self_attn
+        for h, gain in ((2, C_OUT), (0, -C_OUT / 2)):
+            r = slice(16 * h, 16 * h + 16)
+            att.q_proj.weight[r] = 0.0
+            att.q_proj.bias[16 * h + 4] = 5.0
+            att.k_proj.weight[r] = 0.0
+            att.k_proj.weight[16 * h + 4] = 4.0 * 4.0 * e  # score 5 * 16 * cos / sqrt(16) = 20 on Mary
+            att.v_proj.weight[r] = torch.eye(16)
+            att.o_proj.weight[:, r] = gain * torch.eye(16)
+    save_model(m, folder)
+    _word_tokenizer(folder)
+    return m
+
+
+def _mary_prompts(tok, n=6):
+    """IOI prompts with IO = Mary, S one of the other names."""
+    others = [w for w in ioi.NAMES if w != "Mary"][:n]
+    texts = [f"When Mary and {s} went to the store, {s} gave a drink to" for s in others]
+    toks = torch.tensor([tok.encode(t, add_special_tokens=False) for t in texts])
+    io = torch.full((n,), WORDS.index("Mary"))
+    s_ids = torch.tensor([WORDS.index(s) for s in others])
+    return ioi.IOIPrompts(toks, io, s_ids)
+
+
+def test_name_movers_find_the_planted_head(tmp_path):
+    from transformers import AutoTokenizer
+
+    m = _planted_llama(tmp_path / "m")
+    bridge = load_bridge(tmp_path / "m")
+    pr = _mary_prompts(AutoTokenizer.from_pretrained(tmp_path / "m"))
+    t = name_movers.pick_primaries(name_movers.name_mover_table(bridge, pr), n_primary=3).set_index("unit")
+    # both planted heads attend to IO (weight ~1), not to S
+    for u in ("L1H2", "L1H0"):
+        assert t.loc[u, "att_io"] > 0.999 and t.loc[u, "att_s"] < 1e-3
+    # only the copying head writes logit[IO] - logit[S]: the one name mover, first
+    assert list(t.index[t["name_mover"]]) == ["L1H2"]
+    assert t.loc["L1H0", "dla"] < 0
+    # the primaries: it, topped up by DLA to 3 (every other head writes nothing: DLA 0)
+    assert t.loc["L1H2", "primary"] and int(t["primary"].sum()) == 3 and not t.loc["L1H0", "primary"]
+    assert t.loc["L1H2", "how"].startswith("name mover")
+    assert t.loc[t["primary"] & (t.index != "L1H2"), "how"].str.startswith("top-up").all()
+    # its DLA by hand: its output at END is 3 * RMSNorm(e_Mary); the final residual is
+    # e_END + (3 - 1.5) * RMSNorm(e_Mary); the final norm's scale frozen; tied unembedding
+    E = m.model.embed_tokens.weight.detach()
+    mary = E[WORDS.index("Mary")]
+    nmary = mary / torch.sqrt(mary.pow(2).mean() + m.config.rms_norm_eps)
+    want = []
+    for b in range(pr.tokens.shape[0]):
+        x = E[pr.tokens[b, -1]] + (C_OUT - C_OUT / 2) * nmary
+        scale = torch.sqrt(x.pow(2).mean() + m.config.rms_norm_eps)
+        want.append(float((C_OUT * nmary / scale) @ (mary - E[pr.s[b]])))
+    assert t.loc["L1H2", "dla"] == pytest.approx(sum(want) / len(want), rel=1e-4)
+
+
+def _tiny_gemma3(folder):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(
+        vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=128, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    save_model(Gemma3ForCausalLM(cfg), folder)
+    _word_tokenizer(folder)
+
+
+def _tiny_llama(folder):
+    from tiny_models import tiny_llama
+
+    save_model(tiny_llama(vocab_size=V, max_position_embeddings=128), folder)
+    _word_tokenizer(folder)
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def tiny_lm(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param) / "model"
+    (_tiny_llama if request.param == "llama" else _tiny_gemma3)(folder)
+    return request.param, folder
+
+
+def test_last_position_logits_equal_the_full_unembedding(tiny_lm):
+    _, folder = tiny_lm
+    bridge = load_bridge(folder)
+    tokens = torch.randint(2, V, (3, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = bridge(tokens)
+    pfx = Prefix(bridge, tokens, positions=[8])
+    assert pfx.resumable  # Gemma-3's sliding and global layers resume with their own masks
+    assert torch.equal(pfx.logits([8]), full[:, [8]])
+    with pytest.raises(ValueError, match="keeps the intact logits at positions"):
+        pfx.logits([3])
+
+
+SMOKE = {
+    "truth_seed": 5, "backup_share": 0.25, "top_r": 16, "max_rows": 64, "pruning_note": "too costly here",
+    "n_bos": 4, "n_truth": 3, "n_prompts": 3, "data_seeds": [1], "induction_T": 5, "induction_prompts": 3,
+    "induction_protocol": "v2",
+}  # fmt: skip
+IOI_CFG = {"n_primary": 2, "top_k": 3, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2, "amp_eps": 1e-3}
+IND_CFG = {"data_seed": 3, "ks": [2], "n_primary": 2, "n_random": 2}
+
+
+def test_coax_lm_runs_every_part(tiny_lm, tmp_path):
+    name, folder = tiny_lm
+    status = lms.coax_lm(folder, name, SMOKE, IOI_CFG, IND_CFG, "v2", tmp_path, "cpu")
+    assert list(status.columns) == lms.STATUS_COLUMNS
+    assert list(status["experiment"]) == list(lms.PARTS)
+    ran = status.set_index("experiment")
+    assert (ran.loc[["bos", "ioi", "induction"], "status"] == "ran").all(), status.reason.tolist()
+    assert ran.loc["pruning", "status"] == "not run" and "too costly here" in ran.loc["pruning", "reason"]
+    bos = pd.read_csv(tmp_path / "bos.csv")
+    assert list(bos["bos"]) == [False, True] and int(bos["chosen"].sum()) == 1
+    heads = pd.read_csv(tmp_path / "heads.csv")
+    ioi_h = heads[heads.task == "ioi"]
+    n_heads = {"llama": 8, "gemma3": 4}[name]  # 2 layers of 4 heads; 2 of 2
+    assert len(ioi_h) == n_heads and int((ioi_h.role == "primary").sum()) == 2
+    # the candidates' quarter, rounded, at least 1 (llama: 2 of 6; gemma3: 1 of 2), beta > 0
+    back = ioi_h[ioi_h.role == "backup"]
+    assert len(back) <= {"llama": 2, "gemma3": 1}[name] and (back.beta > 0).all()
+    disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
+    assert list(disc["method"]) == list(DISCOVERY_METHODS)
+    assert (disc["ground_truth"] == "conditional ablation on this model (no documented circuit)").all()
+    for f in ("ioi_summary", "ioi_wake", "ioi_freeze", "ioi_knockout", "induction"):
+        assert len(pd.read_csv(tmp_path / f"{f}.csv")) > 0, f
+    assert int((heads.task == "induction").sum()) == n_heads
+
+
+def test_a_failing_part_costs_its_row_only(tiny_lm, tmp_path):
+    name, folder = tiny_lm
+    if name != "llama":
+        pytest.skip("one architecture is enough")
+    bad = {**SMOKE, "induction_T": 500}  # longer than the context: induction fails, IOI still runs
+    status = lms.coax_lm(folder, name, bad, IOI_CFG, IND_CFG, "v2", tmp_path, "cpu").set_index("experiment")
+    assert status.loc["ioi", "status"] == "ran"
+    assert status.loc["induction", "status"] == "not run" and "failed" in status.loc["induction", "reason"]
+    assert (tmp_path / "ioi_summary.csv").exists() and not (tmp_path / "induction.csv").exists()
+    assert not math.isnan(status.loc["ioi", "cpu_s"])
+
+
+@pytest.mark.slow
+def test_rule_coax_lm_is_planned_per_packaged_lm(tmp_path):
+    over = tmp_path / "lms.yaml"
+    over.write_text("lms: {models: [smollm2-135m, gemma-3-270m], scale: large}\n")
+    r = G.snakemake("-n", *G.tiny_args(tmp_path, over, paper="coax"), "--", "results/coax/lms/gemma-3-270m/status.csv")
+    out = r.stdout + r.stderr
+    assert "rule coax_lm:" in out and "rule lm_convert:" in out
+    assert "results/coax/lms/gemma-3-270m/tables" in out
+    # off without packaged LMs: the tiny config's lms: {models: []} plans no coax_lm job
+    r = G.snakemake("-n", *G.tiny_args(tmp_path, paper="coax"))
+    assert "rule coax_lm:" not in r.stdout + r.stderr and "rule coax_lm_train:" in r.stdout + r.stderr
