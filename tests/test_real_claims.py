@@ -90,3 +90,52 @@ def test_gim_lm_claims_from_hand_made_tables():
     assert fa_row["measured"] == pytest.approx(0.3)
     assert fa_row["ci_low"] == pytest.approx(0.3 - 4.302653 * 0.1 / 3**0.5, rel=1e-5)
     assert fa_row["verdict"] == "holds" and fa_row["n"] == 3
+
+
+def test_coax_lm_claims_from_hand_made_tables():
+    import numpy as np
+    import pandas as pd
+
+    from selfrepair.coax.lm_claims import auc_gap, lm_claims
+
+    # 6 candidates, 2 backups; COAX (comp) ranks both first: AUC 1. Single ablation puts one
+    # backup first and one last: AUC 4/8 = 0.5; AtP 7/8 (the best baseline), EAP-IG and AtP* 0
+    backup = [True, True, False, False, False, False]
+    scores = pd.DataFrame(
+        {
+            "unit": [f"L0H{i}" for i in range(6)],
+            "backup": backup,
+            "comp": [6, 5, 4, 3, 2, 1],
+            "single": [6, 0, 5, 4, 3, 2],
+            "atp": [6, 3.5, 5, 3, 2, 1],  # backups beat 4 and 3 of the 4 others: 7/8
+            "eap_ig": [1, 0, 6, 5, 4, 3],
+            "atp_star": [1, 0, 6, 5, 4, 3],
+            "data_seed": 1,
+        }
+    )
+    g = auc_gap(scores, n_boot=200)
+    assert g["gap"] == pytest.approx(1 - 7 / 8) and g["lo"] <= g["gap"] <= g["hi"]
+    wake = pd.DataFrame(
+        {
+            "n_ablated": [3] * 5 + [0] * 5,
+            "group": ["backup", "backup", "other", "other", "other"] * 2,
+            "ratio": [1.2, 1.4, 1.0, 1.1, 0.9, 1, 1, 1, 1, 1],
+        }
+    )
+    freeze = pd.DataFrame({"data_seed": [1, 2], "repair_removed_share": [0.5, 0.7]})
+    ko = pd.DataFrame(
+        {"data_seed": [1, 1, 2, 2], "set": ["primaries", "primaries+coax"] * 2, "accuracy": [1.0, 0.6, 0.9, 0.7]}
+    )
+    ind = pd.DataFrame({"k": [5, 10], "drop_coax": [2.0, 1.0], "drop_random": [0.5, 0.5]})
+    tables = {"ioi_scores": scores, "ioi_wake": wake, "ioi_freeze": freeze, "ioi_knockout": ko, "induction": ind}
+    t = R.table(lm_claims("m", tables)).set_index("id")
+    w = t.loc["lm_coax_backups_wake_up"]  # at 3 ablated: backups 1.3 (sd 0.1414), others 1.0 (sd 0.1)
+    se = np.sqrt(0.02 / 2 + 0.01 / 3)
+    assert w["measured"] == pytest.approx(0.3) and w["ci_low"] == pytest.approx(0.3 - 1.96 * se)
+    assert w["verdict"] == "holds"
+    f = t.loc["lm_coax_freeze_removes_repair"]  # mean 0.6, sd 0.1414, t_{0.975,1} = 12.7062
+    assert f["measured"] == pytest.approx(0.6) and f["ci_low"] == pytest.approx(0.6 - 12.7062 * 0.1, rel=1e-4)
+    assert f["verdict"] == "inconclusive"
+    assert t.loc["lm_coax_knockout_costs_accuracy", "measured"] == pytest.approx(0.3)
+    assert t.loc["lm_coax_induction_beats_random", "measured"] == pytest.approx(1.0)
+    assert lm_claims("m", {})[0]["verdict"] == "not run"

@@ -27,3 +27,52 @@ rule published_summary:
         code=code_hash("core/published", "core/yaml_text"),
     script:
         "../../scripts/published_summary.py"
+
+
+# Papers B and C's claims about their methods, tested on each packaged real LM
+# (core.real_claims): findings about those models, beside the published table.
+def real_lms_inputs():
+    out = {}
+    for lm in LM_NAMES:
+        if "coax" in PAPERS:
+            out[f"coax_{lm}"] = f"{C_DIR}/lms/{lm}/tables"
+        if "gim" in PAPERS:
+            for t, f in (
+                ("tasks", "tasks"),
+                ("contrasts", "contrasts"),
+                ("fa", "feature_attribution"),
+            ):
+                out[f"gim_{t}_{lm}"] = f"{G_DIR}/lms/{lm}/{f}.csv"
+    return out
+
+
+rule real_lms_claims:
+    input:
+        **real_lms_inputs(),
+    output:
+        csv=report(
+            "results/published/real_lms.csv",
+            caption="../report/real_lms.rst",
+            category="Published vs reproduced",
+        ),
+    log:
+        "logs/real_lms_claims.log",
+    localrule: True
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        lms=LM_NAMES,
+        papers=PAPERS,
+        code=code_hash(
+            "core/real_claims",
+            "coax/lm_claims",
+            "gim/lm_claims",
+            "coax/baselines",
+            "core/stats",
+        ),
+    script:
+        "../../scripts/real_lms_claims.py"
+
+
+if LM_NAMES and {"coax", "gim"} & set(PAPERS):
+    register("lms", ["results/published/real_lms.csv"])

@@ -105,7 +105,7 @@ def run_ioi_part(bridge, tokenizer, bos: bool, s: dict, ioi_cfg: dict, protocol:
         prim, back, heads_t = ioi_heads(bridge, truth, int(ioi_cfg["n_primary"]), float(s["backup_share"]), max_rows)
     heads_t.to_csv(out / "heads_ioi.csv", index=False)
     heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
-    parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
+    parts: dict[str, list] = {k: [] for k in ("scores", "discovery", "wake", "freeze", "knockout")}
     for ds in s["data_seeds"]:
         with prog.stage(f"IOI data seed {ds}"):
             res = ioi_experiment.run_ioi(
