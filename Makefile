@@ -88,6 +88,7 @@ REFERENCE_TABLES = published_summary heroes_rho heroes_run coax_ioi_summary gim_
 reference: env
 	mkdir -p results/reference
 	cp results/published/summary.csv results/reference/published_summary.csv
+	-cp results/published/real_lms.csv results/reference/real_lms_claims.csv
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv

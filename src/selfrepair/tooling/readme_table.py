@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import doc_blocks
+from selfrepair.tooling import doc_blocks, real_lms_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -366,6 +366,9 @@ def blocks() -> dict[str, str]:
     if f.exists():
         out["published"] = published_markdown(f)
         out["headline"] = headline_markdown(f)
+        lms = REFERENCE / "real_lms_claims.csv"  # claims tested on the packaged real LMs: a row per model
+        if lms.exists():
+            out["headline"] += "\n" + "\n".join(real_lms_table.headline_rows(pd.read_csv(lms)))
         real = REFERENCE / "real_size.csv"
         out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
     for name in PLAIN:
