@@ -217,6 +217,7 @@ NAMES = (
     "runtime",
     "groundtruth_findings",
     "groundtruth_agreement",
+    "real_lms",
 )
 
 
@@ -355,6 +356,7 @@ RENDERERS = {
     "heroes_grid_superadditivity": ("heroes_grid_superadditivity", _where("group", ["bloat"])),
     "groundtruth_findings": ("published_summary", _groundtruth_findings),
     "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
+    "real_lms": ("real_lms_claims", real_lms_table.full_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
 }
 
