@@ -588,6 +588,78 @@ def test_own_analyses_on_cuda(cuda, tmp_path):
         assert host and dev == host, kind
 
 
+# ------------------------------------------------------------- the packaged real LMs --
+def _tiny_lm_with_data(root):
+    """A tiny random Llama with a word-level tokenizer over paper C's real-LM datasets,
+    written under ``root`` (``lm/``, ``data/``), as the real-LM rules read them."""
+    from selfrepair.core.models import save_model
+    from selfrepair.tasks import ioi, mib_synth
+    from test_gim_lm import _all_texts, _word_tokenizer
+    from tiny_models import tiny_llama
+
+    mib_synth.write(root / "data", mib_synth.TASKS, 8, 0)
+    extra = [" ".join(ioi.NAMES + ioi.PLACES + ioi.OBJECTS) + " When and went to the , gave a"]
+    tok = _word_tokenizer(root / "lm", _all_texts(root / "data") + extra, bos=False)
+    save_model(tiny_llama(vocab_size=len(tok), max_position_embeddings=128), root / "lm")
+    return root / "lm", root / "data"
+
+
+def test_coax_lm_on_cuda(cuda, tmp_path):
+    """coax_lm's entry point (coax.lms.coax_lm): BOS choice, IOI, induction on a tiny
+    random Llama, the CPU's tables on the emulated device."""
+    import pandas as pd
+
+    from selfrepair.coax import lms
+    from test_coax_lms import IND_CFG, IOI_CFG, SMOKE
+
+    folder, _ = _tiny_lm_with_data(tmp_path)
+    ec.uninstall()
+    lms.coax_lm(folder, "tiny", SMOKE, IOI_CFG, IND_CFG, "v2", tmp_path / "cpu", "cpu")
+    ec.install()
+    status = lms.coax_lm(folder, "tiny", SMOKE, IOI_CFG, IND_CFG, "v2", tmp_path / "cuda", "cuda")
+    assert (status.set_index("experiment").loc[["bos", "ioi", "induction"], "status"] == "ran").all(), status.reason
+    for f in sorted((tmp_path / "cpu").glob("ioi_*.csv")):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cuda" / f.name), pd.read_csv(f), check_exact=False)
+
+
+def test_gim_lm_on_cuda(cuda, tmp_path):
+    """gim_lm's entry point (gim.lm_run.run_lm): the gate, EAP and GIM with their curves,
+    contrasts and feature attribution, the CPU's tables on the emulated device."""
+    import pandas as pd
+
+    from selfrepair.gim.lm_run import run_lm
+    from test_gim_lm import SMOKE
+
+    folder, data = _tiny_lm_with_data(tmp_path)
+    ec.uninstall()
+    host = run_lm(folder, "tiny", data, SMOKE, "cpu")
+    ec.install()
+    dev = run_lm(folder, "tiny", data, SMOKE, "cuda")
+    assert (dev["status"]["status"] != "failed").all(), dev["status"].reason.tolist()
+    for k in ("tasks", "localization", "contrasts", "feature_attribution"):
+        drop = [c for c in host[k].columns if c.endswith("cpu_s")]
+        pd.testing.assert_frame_equal(dev[k].drop(columns=drop), host[k].drop(columns=drop), check_exact=False)
+
+
+def test_groundtruth_lm_on_cuda(cuda, tmp_path):
+    """groundtruth_lm's entry point (groundtruth.lms.run_lm): the top components' Shapley
+    values and every method on the real-LM IOI pairs, the CPU's on the emulated device."""
+    import pandas as pd
+
+    from selfrepair.groundtruth.lms import run_lm
+
+    folder, data = _tiny_lm_with_data(tmp_path)
+    lm = {"n_pairs": 4, "mode": "mean", "players": "top", "n_players": 3, "rest": "player"}
+    settings = {"max_permutations": 8, "min_pairs": 2, "ig_steps": 2}
+    ec.uninstall()
+    host = run_lm(folder, data, "tiny", lm, settings, 3, "cpu")
+    ec.install()
+    dev = run_lm(folder, data, "tiny", lm, settings, 3, "cuda")
+    assert len(host["shapley"]) == 4  # 3 components and the rest
+    for k in ("shapley", "scores"):
+        pd.testing.assert_frame_equal(dev[k], host[k], check_exact=False)
+
+
 # ------------------------------------------------------------- coverage -----------
 # Every rule with a script (workflow/rules/*.smk), the compute rules mapped to the tests
 # above that run their library entry points on the emulated device, the others to why
@@ -622,6 +694,11 @@ RULES = {
     "groundtruth_ioi": ("test_groundtruth_on_cuda",),
     "groundtruth_gim": ("test_groundtruth_on_cuda",),
     "own_{_kind}": ("test_own_analyses_on_cuda",),
+    "coax_lm": ("test_coax_lm_on_cuda",),
+    "gim_lm": ("test_gim_lm_on_cuda",),
+    "groundtruth_lm": ("test_groundtruth_lm_on_cuda",),
+    "lm_convert": "no device: converts a GGUF file on the host (the rule's device is cpu; gguf_files.convert dequantizes and saves float32 weights)",
+    "gim_lm_data": "no model: writes paper C's real-LM datasets (tasks.mib_synth)",
     "coax_synthetic": "no model: paper B's planted-backup benchmark is numpy only (coax.score.synthetic_benchmark)",
     **{
         r: NO_MODEL
@@ -647,6 +724,7 @@ RULES = {
             "published_summary",
             "own_status",
             "own_faithfulness_figure",
+            "real_lms_claims",
         )
     },  # fmt: skip
 }

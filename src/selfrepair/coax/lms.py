@@ -48,10 +48,12 @@ class _Encoder:
         return ids
 
 
-def lm_prompts(tokenizer, n: int, seed: int, bos: bool) -> ioi.IOIPrompts:
+def lm_prompts(tokenizer, n: int, seed: int, bos: bool, bridge=None) -> ioi.IOIPrompts:
     """Paper B's IOI prompts (the COAX release's draw, :func:`ioi.gpt2_prompts`) in the
-    checkpoint's own tokenizer, with or without BOS first."""
-    return ioi.gpt2_prompts(_Encoder(tokenizer, bos), n, seed, style="authors")
+    checkpoint's own tokenizer, with or without BOS first; on ``bridge``'s device when
+    given (the prompts enter the model there)."""
+    pr = ioi.gpt2_prompts(_Encoder(tokenizer, bos), n, seed, style="authors")
+    return pr if bridge is None else pr.to(next(bridge.parameters()).device)
 
 
 def bos_table(bridge, tokenizer, n: int, seed: int) -> pd.DataFrame:
@@ -62,7 +64,7 @@ def bos_table(bridge, tokenizer, n: int, seed: int) -> pd.DataFrame:
     for bos in (False, True):
         if bos and tokenizer.bos_token_id is None:
             continue
-        pr = lm_prompts(tokenizer, n, seed, bos)
+        pr = lm_prompts(tokenizer, n, seed, bos, bridge)
         last = [pr.tokens.shape[1] - 1]
         lg = Prefix(bridge, pr.tokens, positions=last).logits(last).cpu()
         rows.append(
@@ -99,7 +101,7 @@ def ioi_heads(bridge, prompts, n_primary: int, backup_share: float, max_rows: in
 def run_ioi_part(bridge, tokenizer, bos: bool, s: dict, ioi_cfg: dict, protocol: str, out: Path, prog) -> str:
     """Primaries and backups on the truth prompts, then COAX and the baselines on each
     data seed's prompts (:func:`ioi_experiment.run_ioi`); writes heads.csv and ioi_*.csv."""
-    truth = lm_prompts(tokenizer, int(s["n_truth"]), int(s["truth_seed"]), bos)
+    truth = lm_prompts(tokenizer, int(s["n_truth"]), int(s["truth_seed"]), bos, bridge)
     max_rows = int(s["max_rows"])
     with prog.stage("name movers and conditional backups"):
         prim, back, heads_t = ioi_heads(bridge, truth, int(ioi_cfg["n_primary"]), float(s["backup_share"]), max_rows)
@@ -109,7 +111,7 @@ def run_ioi_part(bridge, tokenizer, bos: bool, s: dict, ioi_cfg: dict, protocol:
     for ds in s["data_seeds"]:
         with prog.stage(f"IOI data seed {ds}"):
             res = ioi_experiment.run_ioi(
-                bridge, lm_prompts(tokenizer, int(s["n_prompts"]), int(ds), bos), heads, prim, back, protocol,
+                bridge, lm_prompts(tokenizer, int(s["n_prompts"]), int(ds), bos, bridge), heads, prim, back, protocol,
                 int(s["top_r"]), int(ioi_cfg["top_k"]), ioi_cfg.get("k_recovered") or len(back),
                 float(ioi_cfg["wake_min"]), int(ioi_cfg["ig_steps"]), max_rows, float(ioi_cfg["amp_eps"]),
                 release_vocab(bridge), last_only=True,
