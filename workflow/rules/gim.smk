@@ -484,7 +484,14 @@ rule gim_mib:
 G_LMS = GIM["lms"]
 G_LM_DATA = "results/lms/data"
 G_LM_DIR = f"{G_DIR}/lms/{{lm}}"
-G_LM_TABLES = ["status", "tasks", "localization", "curves", "contrasts", "feature_attribution"]
+G_LM_TABLES = [
+    "status",
+    "tasks",
+    "localization",
+    "curves",
+    "contrasts",
+    "feature_attribution",
+]
 # MIB's batch weighting needs full batches (as gim.mib's check above)
 for _scale, _sized in (("", G_LMS), ("large.", G_LMS["large"])):
     if GIM["weighting"] == "mib" and _sized["n_eval"] % G_LMS["batch_size"]:
