@@ -19,13 +19,6 @@ C_FIGS = "results/coax/figures"
 C_IND_MODELS = {m["name"]: m for m in C_IND["models"]}
 
 
-def coax_lms_settings():
-    """coax.lms at the scale of config lms.scale: the shared keys with that scale's sizes."""
-    lms_cfg = COAX["lms"]
-    shared = {k: v for k, v in lms_cfg.items() if k not in ("default", "large")}
-    return {**shared, **lms_cfg[config["lms"]["scale"]]}
-
-
 C_FIGURES = ["synthetic", "discovery", "wakeup", "knockout", "induction", "pruning"]
 C_IOI_FILES = ["scores", "discovery", "wake", "freeze", "knockout"]
 C_FIG_INPUTS = {  # each figure draws only its own table(s)

@@ -350,3 +350,30 @@ def lm_folder(lm):
 def gguf_inputs(names):
     """The converted folders of the user's GGUF files among model names (a rule's inputs)."""
     return [lm_folder(k) for k in _local_files.user_files(names) if k in GGUF_FILES]
+
+
+# ---- The packaged real LMs' analyses (coax.smk, gim.smk, published.smk) ----
+
+
+def coax_lms_settings():
+    """coax.lms at the scale of config lms.scale: the shared keys with that scale's sizes."""
+    lms_cfg = config["coax"]["lms"]
+    shared = {k: v for k, v in lms_cfg.items() if k not in ("default", "large")}
+    return {**shared, **lms_cfg[config["lms"]["scale"]]}
+
+
+def real_lms_inputs():
+    """rule real_lms_claims' inputs: per packaged LM, paper B's tables folder and paper C's
+    tasks, contrasts and feature-attribution tables (of the papers that run)."""
+    out = {}
+    for lm in LM_NAMES:
+        if "coax" in PAPERS:
+            out[f"coax_{lm}"] = f"results/coax/lms/{lm}/tables"
+        if "gim" in PAPERS:
+            for t, f in (
+                ("tasks", "tasks"),
+                ("contrasts", "contrasts"),
+                ("fa", "feature_attribution"),
+            ):
+                out[f"gim_{t}_{lm}"] = f"results/gim/lms/{lm}/{f}.csv"
+    return out

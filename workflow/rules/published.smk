@@ -30,22 +30,7 @@ rule published_summary:
 
 
 # Papers B and C's claims about their methods, tested on each packaged real LM
-# (core.real_claims): findings about those models, beside the published table.
-def real_lms_inputs():
-    out = {}
-    for lm in LM_NAMES:
-        if "coax" in PAPERS:
-            out[f"coax_{lm}"] = f"{C_DIR}/lms/{lm}/tables"
-        if "gim" in PAPERS:
-            for t, f in (
-                ("tasks", "tasks"),
-                ("contrasts", "contrasts"),
-                ("fa", "feature_attribution"),
-            ):
-                out[f"gim_{t}_{lm}"] = f"{G_DIR}/lms/{lm}/{f}.csv"
-    return out
-
-
+# (core.real_claims; inputs: common.smk's real_lms_inputs).
 rule real_lms_claims:
     input:
         **real_lms_inputs(),
