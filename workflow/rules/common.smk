@@ -363,7 +363,7 @@ def coax_lms_settings():
 
 
 def real_lms_inputs():
-    """rule real_lms_claims' inputs: per packaged LM, paper B's tables folder and paper C's
+    """The inputs of real_lms_claims: per packaged LM, paper B's tables folder and paper C's
     tasks, contrasts and feature-attribution tables (of the papers that run)."""
     out = {}
     for lm in LM_NAMES:
