@@ -72,6 +72,8 @@ def _wake_row(model: str, wake: pd.DataFrame) -> dict:
 
 
 def _seeds_row(model, cid, claim, pub, values, side, what) -> dict:
+    if not len(values):
+        return R.not_run(model, PAPER, cid, claim, pub, "its part did not run (coax_lm's status.csv says why)")
     ci = t_interval(np.asarray(values, float))
     note = f"{what}; Student-t 95% interval over {ci['n']} prompt sets" + ("" if ci["n"] > 1 else " (one: no interval)")
     return R.row(model, PAPER, cid, claim, pub, ci["mean"], (ci["lo"], ci["hi"]), ci["n"], side=side, note=note)
