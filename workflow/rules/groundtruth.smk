@@ -259,5 +259,6 @@ rule groundtruth_lm:
         "../../scripts/groundtruth_lm.py"
 
 
-if GT["enabled"] and LM_NAMES:
+# on paper C's real-LM IOI pairs: when paper C runs
+if GT["enabled"] and LM_NAMES and "gim" in PAPERS:
     register("groundtruth", [f"{GT_DIR}/lms/{lm}/shapley.csv" for lm in LM_NAMES])
