@@ -26,6 +26,8 @@ def part_and_step(path: Path, root: Path) -> tuple[str, str]:
         part = "heroes_grid"
     step = re.sub(r"_(arithmetic|ioi|mcqa|classify)?_?(l\d+h\d+|tiny)?$", "", path.stem) or path.stem
     step = "run" if re.fullmatch(r"data\d+", step) else step
+    if len(rel.parts) > 3 and rel.parts[1] == "lms":  # {part}/lms/{lm}/run.tsv: the packaged real LMs
+        return part, f"lms_{path.stem}"
     if part == "coax" and len(rel.parts) > 2:  # coax/{ioi,induction,pruning}/.../{train,run}.tsv
         step = f"{rel.parts[1]}_{step}"
     if part == "groundtruth" and len(rel.parts) > 2:  # groundtruth/{heroes,gim}/{task}.tsv (ioi.tsv: its stem)

@@ -72,7 +72,15 @@ def read_benchmarks(files, phase: str, root: Path = ROOT / "benchmarks") -> list
     return rows
 
 
-RULE_STEPS = {"coax_lm_train": ("coax", "pruning_train"), "coax_pruning": ("coax", "pruning_run")}
+RULE_STEPS = {
+    "coax_lm_train": ("coax", "pruning_train"),
+    "coax_pruning": ("coax", "pruning_run"),
+    # the packaged real LMs: benchmarks/{part}/lms/{lm}/run.tsv, benchmarks/lms/{lm}/convert.tsv
+    "lm_convert": ("lms", "convert"),
+    "coax_lm": ("coax", "lms_run"),
+    "gim_lm": ("gim", "lms_run"),
+    "groundtruth_lm": ("groundtruth", "lms_run"),
+}
 
 
 def rule_step(rule: str) -> tuple[str, str]:

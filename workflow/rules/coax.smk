@@ -433,7 +433,7 @@ rule coax_lm:
     log:
         "logs/coax/lms/{lm}.log",
     benchmark:
-        "benchmarks/coax/lms/{lm}.tsv"
+        "benchmarks/coax/lms/{lm}/run.tsv"
     wildcard_constraints:
         lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
     conda:

@@ -528,7 +528,7 @@ rule gim_lm:
     log:
         "logs/gim/lm_{lm}.log",
     benchmark:
-        "benchmarks/gim/lm_{lm}.tsv"
+        "benchmarks/gim/lms/{lm}/run.tsv"
     wildcard_constraints:
         lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
     conda:

@@ -235,7 +235,7 @@ rule groundtruth_lm:
     log:
         "logs/groundtruth/lm_{lm}.log",
     benchmark:
-        "benchmarks/groundtruth/lm_{lm}.tsv"
+        "benchmarks/groundtruth/lms/{lm}/run.tsv"
     wildcard_constraints:
         lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
     conda:

@@ -20,7 +20,7 @@ rule lm_convert:
     log:
         "logs/lms/convert_{lm}.log",
     benchmark:
-        "benchmarks/lms/convert_{lm}.tsv"
+        "benchmarks/lms/{lm}/convert.tsv"
     wildcard_constraints:
         lm="|".join(_lms_re.escape(n) for n in LM_NAMES + list(GGUF_FILES)) or "(?!)",
     conda:
