@@ -21,18 +21,6 @@ STATUS_COLUMNS = ["model", "task", "part", "method", "status", "reason", "cpu_s"
 LOG = logging.getLogger(__name__)
 
 
-def tokenizer_of(folder, bridge):
-    """The folder's own ``tokenizer.json`` (its special tokens as the checkpoint has them),
-    else the bridge's."""
-    from pathlib import Path
-
-    from transformers import PreTrainedTokenizerFast
-
-    if (Path(folder) / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(folder))
-    return bridge.tokenizer
-
-
 def choice_ids(task: str, tokenizer, n: int):
     """[n, 4] ids of the MCQA labels (the choices the accuracy compares), None elsewhere."""
     from selfrepair.tasks import mib, mib_synth
@@ -170,11 +158,11 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     from selfrepair.core.models import load_bridge
     from selfrepair.core.progress import Progress
     from selfrepair.gim.graph import Graph
-    from selfrepair.gim.localization import check_supported
+    from selfrepair.gim.localization import _model_tokenizer, check_supported
     from selfrepair.tasks import mib
 
     bridge = load_bridge(folder, device)
-    tokenizer = tokenizer_of(folder, bridge)
+    tokenizer = _model_tokenizer(str(folder), None)  # the checkpoint's own, as gim_mib reads it
     tasks = task_rows(bridge, tokenizer, name, s, str(data_dir))
     solved = [r["task"] for r in tasks if r["solved"]]
     status, summary, curves, contrasts, fa_rows = [], [], [], [], []
