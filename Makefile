@@ -105,6 +105,7 @@ reference: env
 	  cp results/groundtruth/tables/$$t.csv results/reference/groundtruth_$$t.csv; done
 	$(BIN)/python scripts/models_manifest.py write --out results/reference/models.csv
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
+	-$(BIN)/python -m selfrepair.tooling.real_lms_table benchmarks --out results/reference/real_lms_cost.csv
 	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python -m selfrepair.tooling.readme_table
 

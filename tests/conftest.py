@@ -198,6 +198,7 @@ LONGEST_FIRST = (
     "test_slurm.py",
     "test_workflow.py",
     "test_gim_workflow.py",
+    "test_real_lm_smoke.py",
     "test_own_dag.py",
     "test_coax_workflow.py",
     "test_docs.py",

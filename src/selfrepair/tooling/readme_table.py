@@ -218,6 +218,7 @@ NAMES = (
     "groundtruth_findings",
     "groundtruth_agreement",
     "real_lms",
+    "real_lms_cost",
 )
 
 
@@ -357,6 +358,7 @@ RENDERERS = {
     "groundtruth_findings": ("published_summary", _groundtruth_findings),
     "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
     "real_lms": ("real_lms_claims", real_lms_table.full_markdown),
+    "real_lms_cost": ("real_lms_cost", real_lms_table.cost_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
 }
 

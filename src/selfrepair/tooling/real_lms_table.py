@@ -1,8 +1,12 @@
 """The documents' tables of claims tested on real language models
 (``results/reference/real_lms_claims.csv``, a copy of ``results/published/real_lms.csv``):
-one headline row per model, and the full table."""
+one headline row per model, and the full table; and the real-LM rules' cost
+(``results/reference/real_lms_cost.csv``, which ``make reference`` makes from the run's
+``benchmark:`` files: ``python -m selfrepair.tooling.real_lms_table benchmarks --out FILE``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
@@ -10,7 +14,7 @@ MODEL_LABELS = {"smollm2-135m": "SmolLM2-135M", "gemma-3-270m": "Gemma-3-270M"}
 # the claims a headline row quotes, by claim id, with a short label
 HEADLINE = {
     "lm_coax_auc_beats_baselines": "COAX AUC minus best baseline",
-    "lm_gim_best_cpr": "GIM CPR minus best other",
+    "lm_gim_best_cpr_ioi": "IOI: GIM CPR minus the best of EAP and EAP-IG",
 }
 
 
@@ -35,7 +39,8 @@ def headline_rows(t: pd.DataFrame) -> list[str]:
                 continue
             r = r.iloc[0]
             ci = f" [{_v(r['ci_low'])}, {_v(r['ci_high'])}]" if _v(r["ci_low"]) else ""
-            keys.append(f"{label} {_v(r['measured'])}{ci} ({r['verdict']})")
+            value = f" {_v(r['measured'])}{ci}" if _v(r["measured"]) else ""
+            keys.append(f"{label}{value} ({r['verdict']})")
         label = MODEL_LABELS.get(model, model)
         out.append(
             f"| B and C on {label}, a real LM (counts: holds, inconclusive, fails, not run) | {len(g)} | "
@@ -54,3 +59,69 @@ def full_markdown(t: pd.DataFrame) -> str:
         cells = [MODEL_LABELS.get(r[0], r[0])] + [_v(x) if i in (3, 4, 5) else str(x) for i, x in enumerate(r)][1:]
         lines.append("| " + " | ".join("" if c in ("nan", "None") else c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
+
+
+# benchmark files of the real-LM rules, relative to benchmarks/: (path parts before the
+# model's name, file name) -> the rule that writes it
+COST_RULES = {
+    (("lms",), "convert.tsv"): "lm_convert",
+    (("coax", "lms"), "run.tsv"): "coax_lm",
+    (("gim", "lms"), "run.tsv"): "gim_lm",
+    (("groundtruth", "lms"), "run.tsv"): "groundtruth_lm",
+}
+COST_COLUMNS = ["rule", "model", "wall_s", "cpu_s", "peak_rss_gb"]
+
+
+def cost_table(bench: Path) -> pd.DataFrame:
+    """Each real-LM job's measured cost from its Snakemake ``benchmark:`` file under
+    ``bench`` (the last line of each: the latest run): wall and CPU seconds and peak
+    resident memory, a row per (rule, model)."""
+    rows = []
+    for f in sorted(Path(bench).rglob("*.tsv")):
+        parts = f.relative_to(bench).parts
+        rule = COST_RULES.get((parts[:-2], parts[-1])) if len(parts) >= 3 else None
+        if rule is None:
+            continue
+        t = pd.read_csv(f, sep="\t")
+        if t.empty:
+            continue
+        last = t.iloc[-1]
+        rows.append([rule, parts[-2], float(last["s"]), float(last["cpu_time"]), float(last["max_rss"]) / 1024])
+    order = {r: i for i, r in enumerate(COST_RULES.values())}
+    out = pd.DataFrame(rows, columns=COST_COLUMNS)
+    return out.sort_values(["rule", "model"], key=lambda c: c.map(order) if c.name == "rule" else c, kind="stable")
+
+
+def cost_markdown(t: pd.DataFrame) -> str:
+    """The cost table: per rule and model, CPU minutes, wall minutes, peak memory; and
+    the sum over the jobs."""
+    lines = ["| rule | model | CPU | wall | peak memory |", "|---|---|---|---|---|"]
+    for r in t.itertuples(index=False):
+        lines.append(
+            f"| `{r.rule}` | {MODEL_LABELS.get(r.model, r.model)} | {r.cpu_s / 60:.1f} min | "
+            f"{r.wall_s / 60:.1f} min | {r.peak_rss_gb:.2f} GB |"
+        )
+    lines.append(
+        f"| all | {t['model'].nunique()} models | {t['cpu_s'].sum() / 60:.1f} min | "
+        f"{t['wall_s'].sum() / 60:.1f} min (jobs one after another) | |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="the real-LM rules' cost table from their benchmark: files")
+    p.add_argument("bench", type=Path, help="the benchmarks/ folder of a run")
+    p.add_argument("--out", type=Path, required=True, help="the CSV to write")
+    a = p.parse_args(argv)
+    t = cost_table(a.bench)
+    if t.empty:
+        raise SystemExit(f"no real-LM benchmark files under {a.bench} (run the real-LM rules first)")
+    t.to_csv(a.out, index=False)
+    print(f"{a.out}: {len(t)} jobs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""The real-LM tables of the documents (tooling/real_lms_table.py): the README's headline
+row per model, the full claims table, and the cost table read from benchmark: files."""
+
+import pandas as pd
+
+from selfrepair.core.real_claims import COLUMNS
+from selfrepair.tooling import real_lms_table as rt
+
+BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def _bench(path, s, rss_mb, cpu):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(BENCH_HEADER + f"{s}\t0:00:00\t{rss_mb}\t0\t0\t0\t0\t0\t0\t{cpu}\n")
+
+
+def test_cost_table_reads_each_rule_and_model_and_nothing_else(tmp_path):
+    b = tmp_path / "benchmarks"
+    _bench(b / "lms" / "smollm2-135m" / "convert.tsv", 60.0, 1024.0, 35.0)
+    _bench(b / "coax" / "lms" / "smollm2-135m" / "run.tsv", 1200.0, 2048.0, 900.0)
+    _bench(b / "gim" / "lms" / "gemma-3-270m" / "run.tsv", 600.0, 5120.0, 540.0)
+    _bench(b / "groundtruth" / "lms" / "gemma-3-270m" / "run.tsv", 120.0, 3072.0, 90.0)
+    _bench(b / "coax" / "ioi" / "run.tsv", 5.0, 100.0, 4.0)  # a toy rule: not a real-LM job
+    t = rt.cost_table(b)
+    assert list(zip(t["rule"], t["model"])) == [
+        ("lm_convert", "smollm2-135m"),
+        ("coax_lm", "smollm2-135m"),
+        ("gim_lm", "gemma-3-270m"),
+        ("groundtruth_lm", "gemma-3-270m"),
+    ]
+    assert t["cpu_s"].tolist() == [35.0, 900.0, 540.0, 90.0]
+    assert t["peak_rss_gb"].tolist() == [1.0, 2.0, 5.0, 3.0]
+    md = rt.cost_markdown(t)
+    assert "| `coax_lm` | SmolLM2-135M | 15.0 min | 20.0 min | 2.00 GB |" in md
+    assert "| all | 2 models | 26.1 min | 33.0 min (jobs one after another) | |" in md  # (35+900+540+90)/60
+
+
+def test_cost_table_takes_the_latest_run_of_a_file(tmp_path):
+    b = tmp_path / "benchmarks"
+    f = b / "lms" / "gemma-3-270m" / "convert.tsv"
+    _bench(f, 200.0, 4096.0, 150.0)
+    f.write_text(f.read_text() + "100.0\t0:00:00\t2048.0\t0\t0\t0\t0\t0\t0\t95.0\n")
+    assert rt.cost_table(b)["cpu_s"].tolist() == [95.0]
+
+
+def test_cost_main_refuses_a_run_without_real_lm_jobs(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit, match="no real-LM benchmark files"):
+        rt.main([str(tmp_path), "--out", str(tmp_path / "cost.csv")])
+
+
+def _claims():
+    rows = [
+        ["smollm2-135m", "B", "lm_coax_auc_beats_baselines", "COAX beats", -0.23, -0.46, -0.06, 2, "fails", 0.1, ""],
+        ["smollm2-135m", "C", "lm_gim_best_cpr_ioi", "GIM best", -0.05, -0.19, 0.07, 20, "inconclusive", 0.2, "x|y"],
+        ["smollm2-135m", "C", "lm_gim_norm", "norm matters", 0.27, 0.12, 0.42, 20, "holds", None, ""],
+        ["gemma-3-270m", "B", "lm_coax_auc_beats_baselines", "COAX beats", None, None, None, 0, "not run", 0.1, ""],
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_headline_row_counts_verdicts_and_quotes_the_key_claims():
+    smol, gemma = rt.headline_rows(_claims())
+    assert smol.startswith("| B and C on SmolLM2-135M, a real LM")
+    assert "| 3 | 1 | 1 | 1 | 0 |" in smol  # claims; holds, inconclusive, fails, not run
+    assert "COAX AUC minus best baseline -0.23 [-0.46, -0.06] (fails)" in smol
+    assert "IOI: GIM CPR minus the best of EAP and EAP-IG -0.05 [-0.19, 0.07] (inconclusive)" in smol
+    assert "| 1 | 0 | 0 | 0 | 1 |" in gemma and gemma.endswith("| COAX AUC minus best baseline (not run) |")
+
+
+def test_full_table_keeps_every_claim_and_escapes_pipes():
+    md = rt.full_markdown(_claims()).splitlines()
+    assert len(md) == 2 + 4
+    assert md[3].startswith("| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | inconclusive | 0.2 | x/y |")
