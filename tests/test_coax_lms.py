@@ -208,3 +208,15 @@ def test_rule_coax_lm_is_planned_per_packaged_lm(tmp_path):
     # off without packaged LMs: the tiny config's lms: {models: []} plans no coax_lm job
     r = G.snakemake("-n", *G.tiny_args(tmp_path, paper="coax"))
     assert "rule coax_lm:" not in r.stdout + r.stderr and "rule coax_lm_train:" in r.stdout + r.stderr
+
+
+def test_fit_rows_keeps_one_forwards_logits_near_a_gigabyte():
+    from types import SimpleNamespace
+
+    from selfrepair.core.interventions import fit_rows
+
+    gemma3 = SimpleNamespace(cfg=SimpleNamespace(d_vocab=262_144))
+    assert fit_rows(gemma3, 20, 4096) == 47  # 2.5e8 // (20 x 262,144): 47 x 20 x 262,144 x 4 B = 0.99 GB
+    assert fit_rows(gemma3, 10_000, 4096) == 1  # never fewer than one sequence
+    toy = SimpleNamespace(cfg=SimpleNamespace(d_vocab=100))
+    assert fit_rows(toy, 20, 4096) == 4096  # a small vocabulary: max_rows as given

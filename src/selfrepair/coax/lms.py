@@ -18,10 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from selfrepair.coax import induction_experiment, ioi_experiment, name_movers
-from selfrepair.coax.real_models import _fit_rows
 from selfrepair.coax.score import ioi_summary, release_vocab
 from selfrepair.core.components import head_components, parse
-from selfrepair.core.interventions import Prefix
+from selfrepair.core.interventions import Prefix, fit_rows
 from selfrepair.core.models import check_context, load_bridge, model_identity
 from selfrepair.core.progress import Progress
 from selfrepair.tasks import ioi
@@ -138,7 +137,7 @@ def run_induction_part(bridge, name: str, s: dict, ind_cfg: dict, out: Path, pro
         res = induction_experiment.run_induction(
             bridge, (T, T + 2), min(int(bridge.cfg.d_vocab), 20_000), int(s["induction_prompts"]),
             int(ind_cfg["data_seed"]), list(ind_cfg["ks"]), int(ind_cfg["n_primary"]), int(ind_cfg["n_random"]),
-            str(s["induction_protocol"]), int(s["top_r"]), _fit_rows(bridge, 2 * T + 2, int(s["max_rows"])),
+            str(s["induction_protocol"]), int(s["top_r"]), fit_rows(bridge, 2 * T + 2, int(s["max_rows"])),
         )  # fmt: skip
     induction_experiment.ratio_table({name: res["sets"]}).to_csv(out / "induction.csv", index=False)
     h = res["heads"].assign(task="induction", role=lambda t: t["primary"].map({True: "primary", False: "other"}))

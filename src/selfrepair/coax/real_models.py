@@ -13,6 +13,7 @@ import pandas as pd
 from selfrepair.coax import induction_experiment, ioi_experiment
 from selfrepair.coax.score import ioi_summary, release_vocab, scan, wake_up_curve
 from selfrepair.core.components import head_components, parse
+from selfrepair.core.interventions import fit_rows
 from selfrepair.core.models import (
     ContextTooShort,
     CorruptCheckpoint,
@@ -47,11 +48,6 @@ def _ioi_heads_for(bridge, prompts, heads, n_primary=3, backup_frac=0.2, max_row
 
 # the claim ids each row bears on are added by coax.claims.status_with_claims (its ``claims`` column)
 STATUS_COLUMNS = ["model", "experiment", "status", "reason", "folder", "identity"]
-
-
-def _fit_rows(bridge, length: int, max_rows: int) -> int:
-    """Rows per forward that keep one forward's logits under ~1 GB (50k-token vocabularies)."""
-    return max(1, min(max_rows, int(2.5e8 // (length * int(bridge.cfg.d_vocab)))))
 
 
 class _Models:
@@ -141,7 +137,7 @@ def _run_ioi(b, tok, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_
     heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
     parts: dict[str, list] = {k: [] for k in ("discovery", "wake", "freeze", "knockout")}
     truth_prompts = _prompts(b, tok, name, real, 5, device)
-    mr = _fit_rows(b, truth_prompts.tokens.shape[1], max_rows)
+    mr = fit_rows(b, truth_prompts.tokens.shape[1], max_rows)
     seeds = list(real["data_seeds"])
     with Progress(name, "ioi", len(seeds), every) as prog:
         prog.watch(b)
@@ -169,7 +165,7 @@ def _run_ioi(b, tok, name, real, ioi_cfg, protocol, top_r, out_dir, device, max_
 def _run_wakeup(b, tok, name, real, ioi_cfg, protocol, top_r, device, max_rows, every) -> pd.DataFrame:
     heads = head_components(b.cfg.n_layers, b.cfg.n_heads)
     pr = _prompts(b, tok, name, real, 21, device)
-    mr = _fit_rows(b, pr.tokens.shape[1], max_rows)
+    mr = fit_rows(b, pr.tokens.shape[1], max_rows)
     with Progress(name, "wakeup", 3, every) as prog:
         prog.watch(b)
         n = pr.tokens.shape[0]
@@ -206,7 +202,7 @@ def _run_induction(b, name, real, ind_cfg, top_r, max_rows, every) -> dict:
             res = induction_experiment.run_induction(
                 b, (T, T + 2), min(int(b.cfg.d_vocab), 20_000), ind_cfg["n_prompts"], ind_cfg["data_seed"],
                 ind_cfg["ks"], ind_cfg["n_primary"], ind_cfg["n_random"], ind_cfg["protocol"], top_r,
-                _fit_rows(b, 2 * T + 5, max_rows),
+                fit_rows(b, 2 * T + 5, max_rows),
             )  # fmt: skip
     return res["sets"]
 

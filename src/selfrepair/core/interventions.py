@@ -109,6 +109,12 @@ def make_hooks(
     return [(h, head_hook(h)) for h in head_masks] + [(h, mlp_hook(h)) for h in mlp_masks]
 
 
+def fit_rows(bridge, length: int, max_rows: int) -> int:
+    """Sequences per forward that keep one forward's logits under ~1 GB: ``max_rows`` on a
+    small vocabulary, fewer on a 50k-262k one (float32 logits of ``length`` positions)."""
+    return max(1, min(max_rows, int(2.5e8 // (length * int(bridge.cfg.d_vocab)))))
+
+
 def run_ablated(
     bridge,
     tokens: torch.Tensor,

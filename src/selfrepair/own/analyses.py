@@ -86,7 +86,8 @@ def single_ablation_primary(bridge, data, n_primary: int, mode: str, max_rows: i
 
     heads = C.head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
     means = interventions.component_means(bridge, [data.clean], heads) if mode == "mean" else None
-    game = AblationGame(bridge, data.clean, logit_diff_metric(data), mode, means, max_rows)
+    rows = interventions.fit_rows(bridge, data.clean.shape[1], max_rows)  # 262k-token vocabularies: fewer rows
+    game = AblationGame(bridge, data.clean, logit_diff_metric(data), mode, means, rows)
     v = game([[]] + [[h] for h in heads])
     drops = pd.Series({h.name: float(v[0] - v[i + 1]) for i, h in enumerate(heads)})
     return list(drops.sort_values(ascending=False, kind="stable").index[:n_primary])
@@ -116,6 +117,7 @@ def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
     (:func:`one_length`). Returns ({"scores": table}, seed set, pairs used)."""
     from selfrepair.coax import coax_scores
     from selfrepair.core.components import parse
+    from selfrepair.core.interventions import fit_rows
 
     seed = list(s.get("seed_set") or [])
     for h in seed:
@@ -129,7 +131,7 @@ def coax(bridge, data, s: dict) -> tuple[dict, list[str]]:
         seed = single_ablation_primary(bridge, data, int(s["n_primary"]), str(s["mode"]), int(s["max_rows"]))
     table = coax_scores(
         bridge, data.clean, seed, logit_diff_metric(data), protocol=str(s["protocol"]), top_r=int(s["top_r"]),
-        ig_steps=int(s["ig_steps"]), max_rows=int(s["max_rows"]),
+        ig_steps=int(s["ig_steps"]), max_rows=fit_rows(bridge, data.clean.shape[1], int(s["max_rows"])),
     )  # fmt: skip
     return {"scores": table.assign(seed_set=" ".join(seed))}, seed, data
 
