@@ -134,10 +134,10 @@ def precision_rows(args) -> list[dict]:
 
 
 def _positions(folder: str, data: Path, n: int) -> int:
-    from selfrepair.gim.localization import _model_tokenizer
+    from selfrepair.core.models import folder_tokenizer
     from selfrepair.tasks import mib
 
-    return mib.load("ioi", _model_tokenizer(folder, None), n, [str(data)]).clean.shape[1]
+    return mib.load("ioi", folder_tokenizer(folder, None), n, [str(data)]).clean.shape[1]
 
 
 def needs_table(positions: int) -> pd.DataFrame:

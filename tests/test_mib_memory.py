@@ -9,7 +9,7 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-from selfrepair.core.models import load_bridge, load_hf  # noqa: E402
+from selfrepair.core.models import folder_tokenizer, load_bridge, load_hf  # noqa: E402
 from selfrepair.gim import localization, memory, precision  # noqa: E402
 from selfrepair.gim.graph import Graph  # noqa: E402
 from selfrepair.gim.localization import localize, run_mib  # noqa: E402
@@ -42,7 +42,7 @@ def test_resolve_follows_mib_per_model_and_device():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_dtype_switch_loads_and_scores_each_architecture(tiny, arch):
     paths, data_dir = tiny
-    tok = localization._model_tokenizer(paths[arch], None)
+    tok = folder_tokenizer(paths[arch], None)
     data = mib.load("ioi", tok, 4, [data_dir])
     default = load_bridge(paths[arch])
     f32 = load_bridge(paths[arch], dtype=torch.float32)
@@ -165,7 +165,7 @@ def _plans(paths, arch, data_dir):
     from pathlib import Path
 
     shape = memory.Shape.from_config(json.loads((Path(paths[arch]) / "config.json").read_text()))
-    data = mib.load("ioi", localization._model_tokenizer(paths[arch], None), 8, [data_dir])
+    data = mib.load("ioi", folder_tokenizer(paths[arch], None), 8, [data_dir])
     return {
         b: memory.plan(shape, "eap", b, data.clean.shape[1], "float32", "cpu", False)["total"] for b in (1, 2, 4, 8)
     }

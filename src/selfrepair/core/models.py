@@ -216,6 +216,21 @@ def checkpoint_tokenizer(folder_or_name: str | Path, search_paths: list[str] | N
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
+def folder_tokenizer(folder_or_name: str | Path, search_paths: list[str] | None = None):
+    """The model folder's own ``tokenizer.json`` read directly (``AutoTokenizer`` in
+    transformers 5 maps some model types to a fixed tokenizer class: Qwen2's rebuilds
+    itself and drops a word-level stand-in's words), else :func:`checkpoint_tokenizer`.
+    Either way the checkpoint's own special tokens, never the bridge's tokenizer; what
+    MIB-format pairs are tokenized with (paper C's rules, the ground truth's real-LM
+    game, the ``own:`` section)."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = resolve_local(str(folder_or_name), search_paths)
+    if (folder / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return checkpoint_tokenizer(folder)
+
+
 def load_bridge(
     folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None, dtype=None, brought=False
 ):

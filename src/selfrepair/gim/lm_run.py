@@ -155,14 +155,14 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     """Every part on one LM: {"status", "tasks", "localization", "curves",
     "feature_attribution"} tables. ``s``: the ``gim.lms`` settings (one scale), with the
     gim section's ``fractions``, ``ig_steps``, ``weighting``, ``eactp_max_edges``."""
-    from selfrepair.core.models import load_bridge
+    from selfrepair.core.models import folder_tokenizer, load_bridge
     from selfrepair.core.progress import Progress
     from selfrepair.gim.graph import Graph
-    from selfrepair.gim.localization import _model_tokenizer, check_supported
+    from selfrepair.gim.localization import check_supported
     from selfrepair.tasks import mib
 
     bridge = load_bridge(folder, device)
-    tokenizer = _model_tokenizer(str(folder), None)  # the checkpoint's own, as gim_mib reads it
+    tokenizer = folder_tokenizer(str(folder), None)  # the checkpoint's own, as gim_mib reads it
     tasks = task_rows(bridge, tokenizer, name, s, str(data_dir))
     solved = [r["task"] for r in tasks if r["solved"]]
     status, summary, curves, contrasts, fa_rows = [], [], [], [], []

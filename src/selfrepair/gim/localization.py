@@ -185,22 +185,6 @@ def check_supported(bridge) -> None:
                 )
 
 
-def _model_tokenizer(model: str, search_paths):
-    """The model folder's own ``tokenizer.json`` read directly (``AutoTokenizer`` in
-    transformers 5 maps some model types to a fixed tokenizer class: Qwen2's rebuilds
-    itself and drops a word-level stand-in's words), else the checkpoint's own tokenizer
-    (:func:`models.checkpoint_tokenizer`). Either way the checkpoint's own special tokens;
-    never the bridge's tokenizer, which TransformerLens reloads with ``add_bos_token=True``."""
-    from transformers import PreTrainedTokenizerFast
-
-    from selfrepair.core.models import checkpoint_tokenizer, resolve_local
-
-    folder = resolve_local(model, search_paths)
-    if (folder / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(folder))
-    return checkpoint_tokenizer(folder)
-
-
 MIB_STATUS_COLUMNS = ["model", "dataset", "status", "reason", "folder", "identity", "dtype", "batch_size", "plan"]
 
 
@@ -230,7 +214,7 @@ def _prepare(model: str, device: str, search_paths, dtype: str, budget: float):
     except Exception as err:
         err.where = where  # the status rows name what was found before the failure
         raise
-    return bridge, _model_tokenizer(model, search_paths), where, shape, config
+    return bridge, M.folder_tokenizer(model, search_paths), where, shape, config
 
 
 def _resident_embedding(config: dict, dtype: str, device: str) -> bool:

@@ -19,14 +19,13 @@ def run_lm(folder, data_dir, name: str, lm: dict, settings: dict, top_k: int, de
     """Tables :data:`TABLES` of model ``folder`` on ``lm["n_pairs"]`` IOI pairs of
     ``data_dir``; ``lm``: players, n_players, rest, mode; ``settings``: the ground truth's
     estimator settings (:class:`pipeline.Settings`)."""
-    from selfrepair.core.models import load_bridge
-    from selfrepair.gim.localization import _model_tokenizer
+    from selfrepair.core.models import folder_tokenizer, load_bridge
     from selfrepair.groundtruth.pipeline import Settings, run_on_model
     from selfrepair.tasks import mib
 
     t0 = time.process_time()
     bridge = load_bridge(folder, device)
-    tokenizer = _model_tokenizer(str(folder), None)  # as gim_lm reads the same pairs
+    tokenizer = folder_tokenizer(str(folder), None)  # as gim_lm reads the same pairs
     data = mib.load("ioi", tokenizer, int(lm["n_pairs"]), [str(data_dir)], split="test").to(device)
     log.info("%s: %d IOI pairs of %d tokens", name, len(data), data.clean.shape[1])
     s = Settings(

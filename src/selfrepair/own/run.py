@@ -23,8 +23,7 @@ log = logging.getLogger(__name__)
 def _pairs(bridge, folder, s: dict):
     """(CounterfactualBatch, dropped rows, usable pairs, notes) of the entry's task for this
     model; a dataset's rows are checked against the model's embedding size."""
-    from selfrepair.core.models import check_context
-    from selfrepair.gim.localization import _model_tokenizer
+    from selfrepair.core.models import check_context, folder_tokenizer
     from selfrepair.own.analyses import NotRun
     from selfrepair.own.data import load_pairs
     from selfrepair.tasks.registry import get_task
@@ -38,7 +37,7 @@ def _pairs(bridge, folder, s: dict):
                 f"built-in task {task} uses token ids up to {top}; the model's vocabulary has {bridge.cfg.d_vocab}"
             )
     else:
-        tokenizer = _model_tokenizer(str(folder), None)
+        tokenizer = folder_tokenizer(str(folder), None)
         data, dropped, n_rows, notes = load_pairs(task, tokenizer, n, vocab_size=int(bridge.cfg.d_vocab))
         if len(tokenizer) > bridge.cfg.d_vocab:
             notes.append(f"the tokenizer has {len(tokenizer)} tokens, the model's embedding {bridge.cfg.d_vocab}")
