@@ -29,7 +29,7 @@ batch the caller pooled (the workflow: the evaluation batch, first token include
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -367,6 +367,9 @@ def run_on_model(
 
     comps = C.all_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
     means = interventions.component_means(bridge, [data.clean], comps)
+    # fewer sequences per forward on a 262k-token vocabulary (Gemma-3's logits of 256 pairs
+    # of 18 tokens are 4.8 GB); max_rows as given on every toy model and GPT-2's vocabulary
+    settings = replace(settings, max_rows=interventions.fit_rows(bridge, data.clean.shape[1], settings.max_rows))
     spec = GameSpec("logit_diff", lambda lg: logit_diff(lg, data).mean(), engine=games.counterfactual_reduce(data))
     out = model_tables(bridge, data.clean, [spec], comps, means, settings, hf_model=hf_model)
     who = {"group": "own", "model": name}
