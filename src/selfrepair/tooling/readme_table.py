@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import doc_blocks, real_lms_table
+from selfrepair.tooling import doc_blocks, peers_table, real_lms_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -357,6 +357,7 @@ RENDERERS = {
     "groundtruth_findings": ("published_summary", _groundtruth_findings),
     "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
     "real_lms": ("real_lms_claims", real_lms_table.full_markdown),
+    "benchmark_peers_coax_lm": ("benchmark_peers_coax_lm", peers_table.coax_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
 }
 
