@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import doc_blocks, real_lms_table
+from selfrepair.tooling import doc_blocks, peers_table, real_lms_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -203,23 +203,6 @@ PLAIN = (
     "gim_localization",
     "gim_localization_summary",
 )
-# every block this module renders (one whose reference file is absent keeps its text)
-NAMES = (
-    "headline",
-    "published",
-    *PLAIN,
-    "portability",
-    "portability_native_scoring",
-    "benchmark_numerics",
-    "benchmark_numerics_projection",
-    "heroes_grid_claims",
-    "heroes_grid_superadditivity",
-    "runtime",
-    "groundtruth_findings",
-    "groundtruth_agreement",
-    "real_lms",
-    "real_lms_cost",
-)
 
 
 def groundtruth_findings_markdown(summary: pd.DataFrame) -> str:
@@ -359,8 +342,12 @@ RENDERERS = {
     "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
     "real_lms": ("real_lms_claims", real_lms_table.full_markdown),
     "real_lms_cost": ("real_lms_cost", real_lms_table.cost_markdown),
+    "benchmark_peers_coax_lm": ("benchmark_peers_coax_lm", peers_table.coax_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
 }
+
+# every block this module renders (one whose reference file is absent keeps its text)
+NAMES = ("headline", "published", *PLAIN, *RENDERERS)
 
 
 def blocks() -> dict[str, str]:
