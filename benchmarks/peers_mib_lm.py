@@ -203,25 +203,33 @@ def peer_run(a, out: Path, extra: list[str]) -> float:
 
 
 def measure(a, bridge, graph, fed, work: Path):
-    """Rounds of ours then MIB's: ({"ours"|"theirs": {method: [run, ...]}}, load averages
-    at each side's start, MIB's check.json)."""
-    runs = {"ours": {}, "theirs": {}}
-    loads = []
+    """Rounds of ours then MIB's, MIB's evaluation of our files (``--cross``) after the
+    first: ({"ours"|"theirs": {method: [run, ...]}}, load averages at each side's start,
+    MIB's check.json). What has run so far is in ``work``/runs.json after each step, so
+    ``--analyse`` can compare the rounds that finished."""
+    runs, loads, check = {"ours": {}, "theirs": {}}, [], None
+
+    def save():
+        (work / "runs.json").write_text(json.dumps({"runs": runs, "loads": loads, "check": check}))
+
     for r in range(a.rounds):
         methods = [m for m in a.methods if r == 0 or m not in a.once]
-        for side in ("ours", "theirs"):
-            out = work / f"round{r}"
-            if side == "theirs":
-                loads.append(peer_run(a, out, ["--methods", *methods]))
-                check = json.loads((out / "check.json").read_text())
-                for m in methods:
-                    runs["theirs"].setdefault(m, []).append(json.loads((out / f"{m}_run.json").read_text()))
-                continue
-            out.mkdir(parents=True, exist_ok=True)
-            loads.append(os.getloadavg()[0])
-            for m in methods:
-                runs["ours"].setdefault(m, []).append(our_side(bridge, graph, fed, m, a.batch_size, a.ig_steps, out))
-            print(f"round {r}: ours done", flush=True)
+        out = work / f"round{r}"
+        out.mkdir(parents=True, exist_ok=True)
+        loads.append(os.getloadavg()[0])
+        for m in methods:
+            runs["ours"].setdefault(m, []).append(our_side(bridge, graph, fed, m, a.batch_size, a.ig_steps, out))
+        print(f"round {r}: ours done", flush=True)
+        save()
+        loads.append(peer_run(a, out, ["--methods", *methods]))
+        check = json.loads((out / "check.json").read_text())
+        for m in methods:
+            runs["theirs"].setdefault(m, []).append(json.loads((out / f"{m}_run.json").read_text()))
+        print(f"round {r}: MIB's done", flush=True)
+        save()
+        if r == 0 and a.cross:
+            peer_run(a, work / "cross", ["--evaluate", *[str(out / f"ours_{m}.json") for m in a.cross]])
+            print("MIB's evaluation of our files done", flush=True)
     return runs, loads, check
 
 
@@ -278,7 +286,6 @@ def main(argv=None):
         runs, loads, check = (json.loads(saved.read_text())[k] for k in ("runs", "loads", "check"))
     else:
         runs, loads, check = measure(a, bridge, graph, fed, work)
-        saved.write_text(json.dumps({"runs": runs, "loads": loads, "check": check}))
     check_tokens(fed, check)
     logits_rel = check["logits_max_abs_diff"] / check["logits_max_abs"]
     with torch.no_grad():
@@ -287,17 +294,16 @@ def main(argv=None):
     theirs_logits = torch.tensor(check["read_logits_centred"])
     read_rel = float((ours_logits - theirs_logits).abs().max() / theirs_logits.abs().max())
 
-    def last(m):  # the folder of the last round that ran m
-        return work / f"round{0 if m in a.once else a.rounds - 1}"
+    def last(m):  # the folder of the last round that ran m on both sides
+        return work / f"round{len(runs['theirs'][m]) - 1}"
 
-    if a.cross and not a.analyse:
-        peer_run(a, work / "cross", ["--evaluate", *[str(last(m) / f"ours_{m}.json") for m in a.cross]])
     rows = []
     n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
     for m in a.methods:
         ours_file = json.loads((last(m) / f"ours_{m}.json").read_text())
         theirs_file = json.loads((last(m) / f"{m}.json").read_text())
-        o, t = runs["ours"][m][-1], runs["theirs"][m][-1]
+        k = len(runs["theirs"][m])  # rounds that ran on both sides
+        o, t = runs["ours"][m][k - 1], runs["theirs"][m][k - 1]
         row = {"method": m, **compare(ours_file, theirs_file, bridge.cfg.n_heads, n_kv)}
         row["curve_max_diff"] = max(abs(x - y) for k in ("signed", "absolute")
                                     for x, y in zip(o["faithfulness"][k], t[k]["faithfulness"]))  # fmt: skip
@@ -307,12 +313,12 @@ def main(argv=None):
         row["cpr_ours_on_theirs"], row["cmd_ours_on_theirs"] = our_eval_of(
             bridge, last(m) / f"{m}.json", m, fed, a.batch_size
         )
-        if m in a.cross:
+        if (work / "cross" / f"ours_{m}_eval.json").exists():  # MIB's evaluation of our round-0 file
             x = json.loads((work / "cross" / f"ours_{m}_eval.json").read_text())
             row["cpr_theirs_on_ours"], row["cmd_theirs_on_ours"] = x["cpr"], x["cmd"]
         for side, key in (("ours", "ours"), ("theirs", "mib")):
             for what in ("score_wall_s", "score_cpu_s", "eval_wall_s", "eval_cpu_s"):
-                row[f"{key}_{what}"] = min(run[what] for run in runs[side][m])
+                row[f"{key}_{what}"] = min(run[what] for run in runs[side][m][:k])
         for unit in ("wall", "cpu"):
             ours_s = row[f"ours_score_{unit}_s"] + row[f"ours_eval_{unit}_s"]
             mib_s = row[f"mib_score_{unit}_s"] + row[f"mib_eval_{unit}_s"]
@@ -328,7 +334,7 @@ def main(argv=None):
         row["eactp_projected_h_mib"] = row["n_edges"] * 2 * row["mib_eval_wall_s"] / 46 / 3600
         row["eactp_projected_h_ours"] = row["n_edges"] * row["ours_eval_wall_s"] / 23 / 3600
         row.update(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
-                   batch_size=a.batch_size, ig_steps=a.ig_steps, rounds=len(runs["ours"][m]), threads=a.threads,
+                   batch_size=a.batch_size, ig_steps=a.ig_steps, rounds=k, threads=a.threads,
                    load_min=min(loads), load_max=max(loads), machine=cpu_name(), model=Path(a.model).resolve().parent.name,
                    data=Path(a.data).name, **{k.lower().replace("-", "_"): v for k, v in COMMITS.items()},
                    commit=_commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
