@@ -299,7 +299,7 @@ def main(argv=None):
 
     rows = []
     n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
-    for m in a.methods:
+    for m in [m for m in a.methods if runs["theirs"].get(m)]:  # the methods that ran on both sides
         ours_file = json.loads((last(m) / f"ours_{m}.json").read_text())
         theirs_file = json.loads((last(m) / f"{m}.json").read_text())
         k = len(runs["theirs"][m])  # rounds that ran on both sides
