@@ -17,7 +17,11 @@ transformers):
 Then, with the project's environment:
 
     python benchmarks/peers_mib_lm.py --peers peers --model results/lms/smollm2-135m/model \
-        --data results/lms/data/ioi/test.jsonl --n 4 --rounds 2 --write
+        --data results/lms/data/ioi/test.jsonl --n 2 --rounds 2 --methods eap eap-ig ifr \
+        --once ifr --cross eap eap-ig --write
+
+(about 50 minutes on a shared 2-core machine, nearly all of it MIB's side; ``--analyse``
+compares what an interrupted run left in ``--work``).
 
 MIB's side runs in a subprocess of the peer environment's python
 (``benchmarks/peer_mib_side.py``, which says how it adapts TransformerLens 2.15.4 to the
