@@ -237,6 +237,51 @@ def measure(a, bridge, graph, fed, work: Path):
     return runs, loads, check
 
 
+def method_row(m: str, a, runs: dict, bridge, fed, work: Path, n_kv: int) -> dict:
+    """One method's row: agreement of the last round both sides ran, CPR and CMD each way,
+    seconds (:func:`time_columns`)."""
+    k = len(runs["theirs"][m])  # rounds that ran on both sides
+    last = work / f"round{k - 1}"
+    ours_file = json.loads((last / f"ours_{m}.json").read_text())
+    theirs_file = json.loads((last / f"{m}.json").read_text())
+    o, t = runs["ours"][m][k - 1], runs["theirs"][m][k - 1]
+    row = {"method": m, **compare(ours_file, theirs_file, bridge.cfg.n_heads, n_kv)}
+    row["curve_max_diff"] = max(abs(x - y) for r in ("signed", "absolute")
+                                for x, y in zip(o["faithfulness"][r], t[r]["faithfulness"]))  # fmt: skip
+    row["n_kept_max_diff"] = max(abs(x - y) for r in ("signed", "absolute")
+                                 for x, y in zip(o["n_kept"][r], t[r]["weighted_edge_counts"]))  # fmt: skip
+    row.update(cpr_ours=o["cpr"], cpr_theirs=t["cpr"], cmd_ours=o["cmd"], cmd_theirs=t["cmd"])
+    row["cpr_ours_on_theirs"], row["cmd_ours_on_theirs"] = our_eval_of(bridge, last / f"{m}.json", m, fed, a.batch_size)
+    if (work / "cross" / f"ours_{m}_eval.json").exists():  # MIB's evaluation of our round-0 file
+        x = json.loads((work / "cross" / f"ours_{m}_eval.json").read_text())
+        row["cpr_theirs_on_ours"], row["cmd_theirs_on_ours"] = x["cpr"], x["cmd"]
+    return {**row, **time_columns(runs, m, k, row["n_edges"]), "rounds": k}
+
+
+def time_columns(runs: dict, m: str, k: int, n_edges: int) -> dict:
+    """Each side's fewest seconds over its first ``k`` rounds, the ratios ours / MIB's and
+    EActP's projected hours."""
+    row = {}
+    for side, key in (("ours", "ours"), ("theirs", "mib")):
+        for what in ("score_wall_s", "score_cpu_s", "eval_wall_s", "eval_cpu_s"):
+            row[f"{key}_{what}"] = min(run[what] for run in runs[side][m][:k])
+    for unit in ("wall", "cpu"):
+        ours_s = row[f"ours_score_{unit}_s"] + row[f"ours_eval_{unit}_s"]
+        mib_s = row[f"mib_score_{unit}_s"] + row[f"mib_eval_{unit}_s"]
+        row[f"{unit}_ratio"] = ours_s / mib_s
+        row[f"score_{unit}_ratio"] = row[f"ours_score_{unit}_s"] / row[f"mib_score_{unit}_s"]
+        row[f"eval_{unit}_ratio"] = row[f"ours_eval_{unit}_s"] / row[f"mib_eval_{unit}_s"]
+    # EActP, projected from the evaluation's seconds per forward of the N pairs: MIB's
+    # evaluate_area_under_curve runs 23 per ranking (the clean baseline, the empty
+    # circuit's corrupted and patched runs, two per fraction) and get_scores_exact 2 per
+    # edge; ours at most 23 for both rankings (one corrupted, one per distinct circuit)
+    # and one per edge (the patched runs of all parents of an input share a batched
+    # forward): 23 taken, so ours is not flattered
+    row["eactp_projected_h_mib"] = n_edges * 2 * row["mib_eval_wall_s"] / 46 / 3600
+    row["eactp_projected_h_ours"] = n_edges * row["ours_eval_wall_s"] / 23 / 3600
+    return row
+
+
 def cpu_name() -> str:
     try:
         for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
@@ -247,8 +292,8 @@ def cpu_name() -> str:
     return platform.processor()
 
 
-def main(argv=None):
-    harness.configure(None if argv is None else ["peers_mib_lm.py", *argv])
+def parser():
+    """The command line: the harness's options and this comparison's."""
     ap = harness.arguments(__doc__, "peers_mib_smollm2.csv")
     ap.add_argument("--peers", required=True, help="folder with MIB-circuit-track/, EAP-IG/ and mib-venv/")
     ap.add_argument("--model", required=True, help="the model folder (float32 safetensors and tokenizer.json)")
@@ -266,7 +311,12 @@ def main(argv=None):
     )
     ap.add_argument("--analyse", action="store_true", help="compare the runs already in --work (runs.json)")
     ap.add_argument("--work", default=str(harness.BENCHMARKS / "peers_mib"), help="the runs' files")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    harness.configure(None if argv is None else ["peers_mib_lm.py", *argv])
+    a = parser().parse_args(argv)
     harness.start(a)
 
     import pandas as pd
@@ -298,51 +348,14 @@ def main(argv=None):
     theirs_logits = torch.tensor(check["read_logits_centred"])
     read_rel = float((ours_logits - theirs_logits).abs().max() / theirs_logits.abs().max())
 
-    def last(m):  # the folder of the last round that ran m on both sides
-        return work / f"round{len(runs['theirs'][m]) - 1}"
-
-    rows = []
     n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
-    for m in [m for m in a.methods if runs["theirs"].get(m)]:  # the methods that ran on both sides
-        ours_file = json.loads((last(m) / f"ours_{m}.json").read_text())
-        theirs_file = json.loads((last(m) / f"{m}.json").read_text())
-        k = len(runs["theirs"][m])  # rounds that ran on both sides
-        o, t = runs["ours"][m][k - 1], runs["theirs"][m][k - 1]
-        row = {"method": m, **compare(ours_file, theirs_file, bridge.cfg.n_heads, n_kv)}
-        row["curve_max_diff"] = max(abs(x - y) for k in ("signed", "absolute")
-                                    for x, y in zip(o["faithfulness"][k], t[k]["faithfulness"]))  # fmt: skip
-        row["n_kept_max_diff"] = max(abs(x - y) for k in ("signed", "absolute")
-                                     for x, y in zip(o["n_kept"][k], t[k]["weighted_edge_counts"]))  # fmt: skip
-        row.update(cpr_ours=o["cpr"], cpr_theirs=t["cpr"], cmd_ours=o["cmd"], cmd_theirs=t["cmd"])
-        row["cpr_ours_on_theirs"], row["cmd_ours_on_theirs"] = our_eval_of(
-            bridge, last(m) / f"{m}.json", m, fed, a.batch_size
-        )
-        if (work / "cross" / f"ours_{m}_eval.json").exists():  # MIB's evaluation of our round-0 file
-            x = json.loads((work / "cross" / f"ours_{m}_eval.json").read_text())
-            row["cpr_theirs_on_ours"], row["cmd_theirs_on_ours"] = x["cpr"], x["cmd"]
-        for side, key in (("ours", "ours"), ("theirs", "mib")):
-            for what in ("score_wall_s", "score_cpu_s", "eval_wall_s", "eval_cpu_s"):
-                row[f"{key}_{what}"] = min(run[what] for run in runs[side][m][:k])
-        for unit in ("wall", "cpu"):
-            ours_s = row[f"ours_score_{unit}_s"] + row[f"ours_eval_{unit}_s"]
-            mib_s = row[f"mib_score_{unit}_s"] + row[f"mib_eval_{unit}_s"]
-            row[f"{unit}_ratio"] = ours_s / mib_s
-            row[f"score_{unit}_ratio"] = row[f"ours_score_{unit}_s"] / row[f"mib_score_{unit}_s"]
-            row[f"eval_{unit}_ratio"] = row[f"ours_eval_{unit}_s"] / row[f"mib_eval_{unit}_s"]
-        # EActP, projected from the evaluation's seconds per forward of the N pairs: MIB's
-        # evaluate_area_under_curve runs 23 per ranking (the clean baseline, the empty
-        # circuit's corrupted and patched runs, two per fraction) and get_scores_exact 2 per
-        # edge; ours at most 23 for both rankings (one corrupted, one per distinct circuit)
-        # and one per edge (the patched runs of all parents of an input share a batched
-        # forward): 23 taken, so ours is not flattered
-        row["eactp_projected_h_mib"] = row["n_edges"] * 2 * row["mib_eval_wall_s"] / 46 / 3600
-        row["eactp_projected_h_ours"] = row["n_edges"] * row["ours_eval_wall_s"] / 23 / 3600
-        row.update(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
-                   batch_size=a.batch_size, ig_steps=a.ig_steps, rounds=k, threads=a.threads,
-                   load_min=min(loads), load_max=max(loads), machine=cpu_name(), model=Path(a.model).resolve().parent.name,
-                   data=Path(a.data).name, **{k.lower().replace("-", "_"): v for k, v in COMMITS.items()},
-                   commit=_commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
-        rows.append(row)
+    common = dict(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
+                  batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
+                  load_max=max(loads), machine=cpu_name(), model=Path(a.model).resolve().parent.name,
+                  data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},
+                  commit=_commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
+    methods = [m for m in a.methods if runs["theirs"].get(m)]  # the methods that ran on both sides
+    rows = [{**method_row(m, a, runs, bridge, fed, work, n_kv), **common} for m in methods]
     table = pd.DataFrame(rows)
     harness.write(table, a)
     print(table[["method", "max_rel_diff", "spearman", "cpr_ours", "cpr_theirs", "wall_ratio"]].to_string())

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import peers_mib_lm as P  # noqa: E402
 
-from selfrepair.tooling import readme_table  # noqa: E402
+from selfrepair.tooling import peers_table, readme_table  # noqa: E402
 
-TABLE = ROOT / "results" / "reference" / f"{readme_table.PEERS_MIB}.csv"
+TABLE = ROOT / "results" / "reference" / f"{peers_table.PEERS_MIB}.csv"
 PAGE = ROOT / "docs" / "results" / "peers.md"
 
 
@@ -63,7 +63,7 @@ def table():
 def test_the_page_shows_the_committed_table(table):
     text = PAGE.read_text()
     for name in ("", "_metrics", "_topn", "_time"):
-        block = readme_table.PEERS_MIB + name
+        block = peers_table.PEERS_MIB + name
         assert f"<!-- {block}:start -->" in text, f"{PAGE.name} lacks the block {block}"
     assert readme_table.render(text, readme_table.blocks()) == text, "stale: run benchmarks/peers_mib_lm.py --write"
     assert set(table["method"]) >= {"eap", "eap-ig", "ifr"}

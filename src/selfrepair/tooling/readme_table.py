@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import doc_blocks, real_lms_table
+from selfrepair.tooling import doc_blocks, peers_table, real_lms_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -218,10 +218,7 @@ NAMES = (
     "groundtruth_findings",
     "groundtruth_agreement",
     "real_lms",
-    "benchmark_peers_mib_smollm2",
-    "benchmark_peers_mib_smollm2_metrics",
-    "benchmark_peers_mib_smollm2_topn",
-    "benchmark_peers_mib_smollm2_time",
+    *peers_table.BLOCKS,
 )
 
 
@@ -343,25 +340,6 @@ def _plain(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# benchmarks/peers_mib_lm.py: MIB's own code beside ours on a real LM (docs/results/peers.md)
-PEERS_MIB = "benchmark_peers_mib_smollm2"
-PEERS_MIB_AGREEMENT = ["method", "max_rel_diff", "max_rel_diff_qmlp", "max_rel_diff_kv_group", "spearman",
-                       "topn_signed_min", "topn_abs_min", "curve_max_diff"]  # fmt: skip
-PEERS_MIB_METRICS = ["method", "cpr_ours", "cpr_theirs", "cpr_ours_on_theirs", "cpr_theirs_on_ours",
-                     "cmd_ours", "cmd_theirs", "cmd_ours_on_theirs", "cmd_theirs_on_ours"]  # fmt: skip
-PEERS_MIB_TIME = ["method", "ours_score_wall_s", "mib_score_wall_s", "ours_eval_wall_s", "mib_eval_wall_s",
-                  "score_wall_ratio", "eval_wall_ratio", "wall_ratio", "score_cpu_ratio", "eval_cpu_ratio",
-                  "cpu_ratio", "load_min", "load_max"]  # fmt: skip
-
-
-def _columns(columns: list[str], prefix: str | None = None):
-    def render(df: pd.DataFrame) -> str:
-        cols = [c for c in df.columns if c == "method" or c.startswith(prefix)] if prefix else columns
-        return _plain(df[[c for c in cols if c in df]])
-
-    return render
-
-
 # block name -> (the reference file it comes from, without .csv; its renderer, table ->
 # markdown, or None for no block); besides these, every name of PLAIN renders as it is.
 RENDERERS = {
@@ -381,10 +359,7 @@ RENDERERS = {
     "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
     "real_lms": ("real_lms_claims", real_lms_table.full_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
-    PEERS_MIB: (PEERS_MIB, _columns(PEERS_MIB_AGREEMENT)),
-    f"{PEERS_MIB}_metrics": (PEERS_MIB, _columns(PEERS_MIB_METRICS)),
-    f"{PEERS_MIB}_topn": (PEERS_MIB, _columns([], "topn_")),
-    f"{PEERS_MIB}_time": (PEERS_MIB, _columns(PEERS_MIB_TIME)),
+    **{name: (peers_table.PEERS_MIB, render) for name, render in peers_table.renderers(_plain).items()},
 }
 
 
