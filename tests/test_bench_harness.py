@@ -110,6 +110,7 @@ OUTSIDE = {
     "fingerprint.py": "hashes of kernels and operation traces, written as JSON and compared file to file: no table",
     "gpu_bench.py": "runs on the GPU machine before the project is installed; its table is gpu_run.csv in $OUT",
     "gpu_measure.py": "gpu_bench.py's measurements and table",
+    "peer_mib_side.py": "MIB's side of peers_mib_lm.py, run by the peers' own environment (no project package there)",
 }
 
 

@@ -1,7 +1,12 @@
-"""The comparison of paper B's scores with the COAX authors' release on a real LM
-(``results/reference/benchmark_peers_coax_lm.csv``, written by
-benchmarks/peers_coax_lm.py): the documents' table, and the figures its page's prose
-quotes, so that a test holds the page to the committed table."""
+"""The peers' own code beside ours on a real LM: the documents' tables and the figures
+their pages quote, so that a test holds each page to its committed table.
+
+- Paper B: the COAX authors' release (``results/reference/benchmark_peers_coax_lm.csv``,
+  written by benchmarks/peers_coax_lm.py; docs/results/peers-coax.md).
+- Paper C: MIB's own code (``results/reference/benchmark_peers_mib_smollm2.csv``, written
+  by benchmarks/peers_mib_lm.py; docs/results/peers.md), one block per question
+  (agreement, CPR and CMD both ways, top-n identity per fraction, time).
+"""
 
 from __future__ import annotations
 
@@ -70,3 +75,30 @@ def coax_problems(t: pd.DataFrame, page: str, block: str = "benchmark_peers_coax
         out.append(f"block {block!r} is not the table's rendering")
     out += [f"{what}: {text!r} not in the page" for what, text in coax_quoted(t).items() if text not in page]
     return out
+
+
+# ---- MIB beside ours ----
+PEERS_MIB = "benchmark_peers_mib_smollm2"
+AGREEMENT = ["method", "max_rel_diff", "max_rel_diff_qmlp", "max_rel_diff_kv_group", "spearman",
+             "topn_signed_min", "topn_abs_min", "curve_max_diff"]  # fmt: skip
+METRICS = ["method", "cpr_ours", "cpr_theirs", "cpr_ours_on_theirs", "cpr_theirs_on_ours",
+           "cmd_ours", "cmd_theirs", "cmd_ours_on_theirs", "cmd_theirs_on_ours"]  # fmt: skip
+TIME = ["method", "ours_score_wall_s", "mib_score_wall_s", "ours_eval_wall_s", "mib_eval_wall_s",
+        "score_wall_ratio", "eval_wall_ratio", "wall_ratio", "score_cpu_ratio", "eval_cpu_ratio",
+        "cpu_ratio", "load_min", "load_max"]  # fmt: skip
+BLOCKS = (PEERS_MIB, f"{PEERS_MIB}_metrics", f"{PEERS_MIB}_topn", f"{PEERS_MIB}_time")
+
+
+def renderers(plain) -> dict:
+    """{block name: table -> markdown}, each the table's columns of that block through
+    ``plain`` (readme_table's plain rendering); the top-n block takes every ``topn_``
+    column."""
+
+    def columns(cols: list[str], prefix: str | None = None):
+        def render(df):
+            keep = [c for c in df.columns if c == "method" or c.startswith(prefix)] if prefix else cols
+            return plain(df[[c for c in keep if c in df]])
+
+        return render
+
+    return dict(zip(BLOCKS, (columns(AGREEMENT), columns(METRICS), columns([], "topn_"), columns(TIME))))

@@ -1,0 +1,371 @@
+"""MIB's own code beside ours on a real LM: the same IOI pairs, the same model bits, the
+same batch, scored and evaluated by both; equal to what tolerance, and how fast.
+
+The peers' code is MIB-circuit-track (commit b759df3) with EAP-IG (commit 7af394a, the
+commit MIB pins as its submodule) and TransformerLens 2.15.4, in an environment of its
+own; nothing of theirs is in this repository. To set it up (CPU torch, MIB's pin of
+transformers):
+
+    git clone https://github.com/hannamw/MIB-circuit-track peers/MIB-circuit-track
+    git -C peers/MIB-circuit-track checkout b759df3
+    git clone https://github.com/hannamw/EAP-IG peers/EAP-IG && git -C peers/EAP-IG checkout 7af394a
+    python3 -m venv peers/mib-venv
+    peers/mib-venv/bin/pip install torch==2.13.0   # the CPU build; never let pip pull a CUDA one
+    peers/mib-venv/bin/pip install transformer-lens==2.15.4 transformers==4.46.3 \
+        'datasets<4' 'matplotlib>=3.10.1' tabulate
+
+Then, with the project's environment:
+
+    python benchmarks/peers_mib_lm.py --peers peers --model results/lms/smollm2-135m/model \
+        --data results/lms/data/ioi/test.jsonl --n 2 --rounds 2 --methods eap eap-ig ifr \
+        --once ifr --cross eap eap-ig --write
+
+(about 50 minutes on a shared 2-core machine, nearly all of it MIB's side; ``--analyse``
+compares what an interrupted run left in ``--work``).
+
+MIB's side runs in a subprocess of the peer environment's python
+(``benchmarks/peer_mib_side.py``, which says how it adapts TransformerLens 2.15.4 to the
+folder); ours runs in this process (``localization``'s path: ``method_scores`` with
+MIB's batch weighting, ``faithfulness_curves``), on the token ids MIB's code fed its
+model (its ``tokenize_plus`` puts the tokenizer's BOS first; our pipeline does not on
+SmolLM2, so ours is given MIB's ids, checked equal to ours after that BOS). Rounds
+alternate the two codes (ours, theirs, ours, theirs), every process at ``--threads``.
+
+Per method, one row of ``--out`` (results/benchmarks/peers_mib_smollm2.csv; ``--write``
+copies it to results/reference/benchmark_peers_mib_smollm2.csv, whose block
+``benchmark_peers_mib_smollm2`` docs/results/peers.md shows): the largest score
+difference relative to the largest |score| (all edges; the edges other than key and
+value inputs; key and value edges against the mean of MIB's per-head scores over the
+head's key-value group), the Spearman correlation, the share of ours' top-n edges in
+MIB's top-n at each of MIB's fractions (signed and absolute ranking), the largest
+difference of the faithfulness curves, CPR and CMD of each code on its own scores and
+of ours on MIB's circuit file (and, for the methods of ``--cross``, MIB's on ours), the seconds of
+each side (fewest over the rounds) and their ratios, the machine, commits and N.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import harness
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITS = {"MIB-circuit-track": "b759df3", "EAP-IG": "7af394a", "TransformerLens": "2.15.4"}
+FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+# ---------------------------------------------------------------- comparison -----
+def edge_vectors(ours: dict, theirs: dict):
+    """(names, ours, theirs) of every edge, in MIB's file's order (two circuit files' dicts)."""
+    import numpy as np
+
+    names = list(theirs["edges"])
+    if set(names) != set(ours["edges"]):
+        raise ValueError("the two circuit files name different edges")
+    a = np.array([ours["edges"][n]["score"] for n in names])
+    b = np.array([theirs["edges"][n]["score"] for n in names])
+    return names, a, b
+
+
+def group_mean(names: list[str], b, n_heads: int, n_kv: int):
+    """MIB's scores with each key/value edge replaced by the mean over its head's
+    key-value group (the heads h with the same h // (n_heads / n_kv)) of the same parent."""
+    import numpy as np
+
+    rep = n_heads // n_kv
+    where = {n: i for i, n in enumerate(names)}
+    out = b.copy()
+    for i, n in enumerate(names):
+        parent, child = n.split("->")
+        if child.endswith(("<k>", "<v>")):
+            node, kind = child[:-3], child[-3:]
+            layer, head = node[1:].split(".h")
+            first = int(head) // rep * rep
+            out[i] = np.mean([b[where[f"{parent}->a{layer}.h{h}{kind}"]] for h in range(first, first + rep)])
+    return out
+
+
+def top_share(a, b, n: int, absolute: bool) -> float:
+    """Share of ``a``'s top-n edges that are among ``b``'s top-n (1.0 for n = 0)."""
+    import numpy as np
+
+    if n == 0:
+        return 1.0
+    ka, kb = (np.abs(a), np.abs(b)) if absolute else (a, b)
+    ta, tb = np.argsort(-ka, kind="stable")[:n], np.argsort(-kb, kind="stable")[:n]
+    return len(set(ta.tolist()) & set(tb.tolist())) / n
+
+
+def compare(ours: dict, theirs: dict, n_heads: int, n_kv: int) -> dict:
+    """Score agreement of two circuit files' dicts (ours, MIB's)."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    names, a, b = edge_vectors(ours, theirs)
+    scale = np.abs(b).max()
+    kv = np.array([n.endswith(("<k>", "<v>")) for n in names])
+    row = {
+        "n_edges": len(names),
+        "max_abs_score": float(scale),
+        "max_rel_diff": float(np.abs(a - b).max() / scale),
+        "max_rel_diff_qmlp": float(np.abs(a - b)[~kv].max() / scale),
+        "max_rel_diff_kv_group": float(np.abs(a - group_mean(names, b, n_heads, n_kv))[kv].max() / scale),
+        "spearman": float(spearmanr(a, b).statistic),
+    }
+    for kind, absolute in (("signed", False), ("abs", True)):
+        shares = [top_share(a, b, int(f * len(names)), absolute) for f in FRACTIONS]
+        row.update({f"topn_{kind}_{f:g}": s for f, s in zip(FRACTIONS, shares)})
+        row[f"topn_{kind}_min"] = min(shares)
+    return row
+
+
+# ---------------------------------------------------------------- our side -------
+def our_side(bridge, graph, data, method: str, batch: int, ig_steps: int, out: Path) -> dict:
+    """Our scores and both curves of one method, timed; our circuit file written."""
+    import torch  # noqa: F401  (loaded already)
+
+    from selfrepair.gim.attribute import method_scores
+    from selfrepair.gim.evaluate import cmd, cpr, faithfulness_curves
+    from selfrepair.gim.graph import save_mib_json, selection_rule
+
+    w, c = time.perf_counter(), time.process_time()
+    scores = method_scores(bridge, graph, data, method, batch, ig_steps, "mib")
+    s_wall, s_cpu = time.perf_counter() - w, time.process_time() - c
+    w, c = time.perf_counter(), time.process_time()
+    curves = faithfulness_curves(bridge, graph, data, scores, FRACTIONS, (False, True), batch,
+                                 selection=selection_rule(method))  # fmt: skip
+    e_wall, e_cpu = time.perf_counter() - w, time.process_time() - c
+    save_mib_json(out / f"ours_{method}.json", graph, scores)
+    f = {
+        k: [p["faithfulness"] for p in curves[absolute]["points"]]
+        for k, absolute in (("signed", False), ("absolute", True))
+    }
+    kept = {
+        k: [p["n_kept"] for p in curves[absolute]["points"]] for k, absolute in (("signed", False), ("absolute", True))
+    }
+    return {"faithfulness": f, "n_kept": kept, "cpr": cpr(FRACTIONS, f["signed"]), "cmd": cmd(FRACTIONS, f["absolute"]),
+            "score_wall_s": s_wall, "score_cpu_s": s_cpu, "eval_wall_s": e_wall, "eval_cpu_s": e_cpu}  # fmt: skip
+
+
+def our_eval_of(bridge, path: Path, method: str, data, batch: int) -> tuple[float, float]:
+    """(CPR, CMD) of our evaluation of a circuit file's scores (MIB's file read by ours)."""
+    from selfrepair.gim.evaluate import cmd, cpr, faithfulness_curves
+    from selfrepair.gim.graph import from_mib_json, selection_rule
+
+    graph, scores, _ = from_mib_json(path, n_kv_heads=bridge.cfg.n_key_value_heads)
+    curves = faithfulness_curves(bridge, graph, data, scores, FRACTIONS, (False, True), batch,
+                                 selection=selection_rule(method))  # fmt: skip
+    f = {a: [p["faithfulness"] for p in curves[a]["points"]] for a in (False, True)}
+    return cpr(FRACTIONS, f[False]), cmd(FRACTIONS, f[True])
+
+
+def with_bos(data, bos: int):
+    """The pairs with ``bos`` first (MIB's ``tokenize_plus`` on this tokenizer)."""
+    import torch
+
+    from selfrepair.tasks.counterfactual import CounterfactualBatch
+
+    first = torch.full((len(data), 1), bos, dtype=data.clean.dtype)
+    return CounterfactualBatch(torch.cat([first, data.clean], 1), torch.cat([first, data.corrupt], 1),
+                               data.answer, data.foil, data.pos + 1)  # fmt: skip
+
+
+def check_tokens(data, check: dict) -> None:
+    """MIB's token ids and labels are ours (after its BOS): ValueError otherwise."""
+    for i in range(len(data)):
+        n = int(data.pos[i]) + 1
+        for ours, theirs in (
+            (data.clean[i, :n].tolist(), check["clean"][i]),
+            (data.corrupt[i, :n].tolist(), check["corrupt"][i]),
+        ):
+            if ours != theirs:
+                raise ValueError(f"pair {i}: MIB fed {theirs}, ours {ours}")
+        if [int(data.answer[i]), int(data.foil[i])] != check["labels"][i]:
+            raise ValueError(f"pair {i}: MIB's labels {check['labels'][i]}")
+
+
+# ---------------------------------------------------------------- the run --------
+def peer_run(a, out: Path, extra: list[str]) -> float:
+    """One run of MIB's side (``peer_mib_side.py``) in the peer environment; its load
+    average at the start."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=f"{a.peers}/EAP-IG/src:{a.peers}/MIB-circuit-track",
+               OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))  # fmt: skip
+    cmd = [str(Path(a.peers) / "mib-venv" / "bin" / "python"), str(ROOT / "benchmarks" / "peer_mib_side.py"),
+           "--model", a.model, "--data", a.data, "--n", str(a.n), "--batch-size", str(a.batch_size),
+           "--ig-steps", str(a.ig_steps), "--threads", str(a.threads), "--out", str(out), *extra]  # fmt: skip
+    load = os.getloadavg()[0]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"MIB's side failed:\n{r.stderr[-4000:]}")
+    return load
+
+
+def measure(a, bridge, graph, fed, work: Path):
+    """Rounds of ours then MIB's, MIB's evaluation of our files (``--cross``) after the
+    first: ({"ours"|"theirs": {method: [run, ...]}}, load averages at each side's start,
+    MIB's check.json). What has run so far is in ``work``/runs.json after each step, so
+    ``--analyse`` can compare the rounds that finished."""
+    runs, loads, check = {"ours": {}, "theirs": {}}, [], None
+
+    def save():
+        (work / "runs.json").write_text(json.dumps({"runs": runs, "loads": loads, "check": check}))
+
+    for r in range(a.rounds):
+        methods = [m for m in a.methods if r == 0 or m not in a.once]
+        out = work / f"round{r}"
+        out.mkdir(parents=True, exist_ok=True)
+        loads.append(os.getloadavg()[0])
+        for m in methods:
+            runs["ours"].setdefault(m, []).append(our_side(bridge, graph, fed, m, a.batch_size, a.ig_steps, out))
+        print(f"round {r}: ours done", flush=True)
+        save()
+        loads.append(peer_run(a, out, ["--methods", *methods]))
+        check = json.loads((out / "check.json").read_text())
+        for m in methods:
+            runs["theirs"].setdefault(m, []).append(json.loads((out / f"{m}_run.json").read_text()))
+        print(f"round {r}: MIB's done", flush=True)
+        save()
+        if r == 0 and a.cross:
+            peer_run(a, work / "cross", ["--evaluate", *[str(out / f"ours_{m}.json") for m in a.cross]])
+            print("MIB's evaluation of our files done", flush=True)
+    return runs, loads, check
+
+
+def method_row(m: str, a, runs: dict, bridge, fed, work: Path, n_kv: int) -> dict:
+    """One method's row: agreement of the last round both sides ran, CPR and CMD each way,
+    seconds (:func:`time_columns`)."""
+    k = len(runs["theirs"][m])  # rounds that ran on both sides
+    last = work / f"round{k - 1}"
+    ours_file = json.loads((last / f"ours_{m}.json").read_text())
+    theirs_file = json.loads((last / f"{m}.json").read_text())
+    o, t = runs["ours"][m][k - 1], runs["theirs"][m][k - 1]
+    row = {"method": m, **compare(ours_file, theirs_file, bridge.cfg.n_heads, n_kv)}
+    row["curve_max_diff"] = max(abs(x - y) for r in ("signed", "absolute")
+                                for x, y in zip(o["faithfulness"][r], t[r]["faithfulness"]))  # fmt: skip
+    row["n_kept_max_diff"] = max(abs(x - y) for r in ("signed", "absolute")
+                                 for x, y in zip(o["n_kept"][r], t[r]["weighted_edge_counts"]))  # fmt: skip
+    row.update(cpr_ours=o["cpr"], cpr_theirs=t["cpr"], cmd_ours=o["cmd"], cmd_theirs=t["cmd"])
+    row["cpr_ours_on_theirs"], row["cmd_ours_on_theirs"] = our_eval_of(bridge, last / f"{m}.json", m, fed, a.batch_size)
+    if (work / "cross" / f"ours_{m}_eval.json").exists():  # MIB's evaluation of our round-0 file
+        x = json.loads((work / "cross" / f"ours_{m}_eval.json").read_text())
+        row["cpr_theirs_on_ours"], row["cmd_theirs_on_ours"] = x["cpr"], x["cmd"]
+    return {**row, **time_columns(runs, m, k, row["n_edges"]), "rounds": k}
+
+
+def time_columns(runs: dict, m: str, k: int, n_edges: int) -> dict:
+    """Each side's fewest seconds over its first ``k`` rounds, the ratios ours / MIB's and
+    EActP's projected hours."""
+    row = {}
+    for side, key in (("ours", "ours"), ("theirs", "mib")):
+        for what in ("score_wall_s", "score_cpu_s", "eval_wall_s", "eval_cpu_s"):
+            row[f"{key}_{what}"] = min(run[what] for run in runs[side][m][:k])
+    for unit in ("wall", "cpu"):
+        ours_s = row[f"ours_score_{unit}_s"] + row[f"ours_eval_{unit}_s"]
+        mib_s = row[f"mib_score_{unit}_s"] + row[f"mib_eval_{unit}_s"]
+        row[f"{unit}_ratio"] = ours_s / mib_s
+        row[f"score_{unit}_ratio"] = row[f"ours_score_{unit}_s"] / row[f"mib_score_{unit}_s"]
+        row[f"eval_{unit}_ratio"] = row[f"ours_eval_{unit}_s"] / row[f"mib_eval_{unit}_s"]
+    # EActP, projected from the evaluation's seconds per forward of the N pairs: MIB's
+    # evaluate_area_under_curve runs 23 per ranking (the clean baseline, the empty
+    # circuit's corrupted and patched runs, two per fraction) and get_scores_exact 2 per
+    # edge; ours at most 23 for both rankings (one corrupted, one per distinct circuit)
+    # and one per edge (the patched runs of all parents of an input share a batched
+    # forward): 23 taken, so ours is not flattered
+    row["eactp_projected_h_mib"] = n_edges * 2 * row["mib_eval_wall_s"] / 46 / 3600
+    row["eactp_projected_h_ours"] = n_edges * row["ours_eval_wall_s"] / 23 / 3600
+    return row
+
+
+def cpu_name() -> str:
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def parser():
+    """The command line: the harness's options and this comparison's."""
+    ap = harness.arguments(__doc__, "peers_mib_smollm2.csv")
+    ap.add_argument("--peers", required=True, help="folder with MIB-circuit-track/, EAP-IG/ and mib-venv/")
+    ap.add_argument("--model", required=True, help="the model folder (float32 safetensors and tokenizer.json)")
+    ap.add_argument("--data", required=True, help="MIB-format IOI JSONL (the test split)")
+    ap.add_argument("--n", type=int, default=20, help="the first N pairs (default 20)")
+    ap.add_argument("--batch-size", type=int, default=20, help="MIB's default 20 (N if smaller)")
+    ap.add_argument("--ig-steps", type=int, default=5)
+    ap.add_argument("--methods", nargs="+", default=["eap", "eap-ig", "ifr"])
+    ap.add_argument("--rounds", type=int, default=2, help="ours then MIB's, this many times")
+    ap.add_argument(
+        "--once", nargs="*", default=[], help="methods run in the first round only (MIB's greedy IFR circuits are slow)"
+    )
+    ap.add_argument(
+        "--cross", nargs="*", default=[], help="methods whose circuit files of ours MIB's code evaluates too"
+    )
+    ap.add_argument("--analyse", action="store_true", help="compare the runs already in --work (runs.json)")
+    ap.add_argument("--work", default=str(harness.BENCHMARKS / "peers_mib"), help="the runs' files")
+    return ap
+
+
+def main(argv=None):
+    harness.configure(None if argv is None else ["peers_mib_lm.py", *argv])
+    a = parser().parse_args(argv)
+    harness.start(a)
+
+    import pandas as pd
+    import torch
+
+    from selfrepair.core.models import load_bridge
+    from selfrepair.gim.graph import Graph
+    from selfrepair.gim.localization import _model_tokenizer
+    from selfrepair.tasks import mib
+
+    a.batch_size = min(a.batch_size, a.n)
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    bridge = load_bridge(a.model)
+    tok = _model_tokenizer(a.model, None)
+    data = mib.load("ioi", tok, a.n, [str(Path(a.data).parent.parent)], split=Path(a.data).stem)
+    graph = Graph.from_bridge(bridge)
+    fed = with_bos(data, tok.bos_token_id)  # as MIB's tokenize_plus feeds them; checked below
+    saved = work / "runs.json"
+    if a.analyse:
+        runs, loads, check = (json.loads(saved.read_text())[k] for k in ("runs", "loads", "check"))
+    else:
+        runs, loads, check = measure(a, bridge, graph, fed, work)
+    check_tokens(fed, check)
+    logits_rel = check["logits_max_abs_diff"] / check["logits_max_abs"]
+    with torch.no_grad():
+        ours_logits = bridge(fed.clean)[torch.arange(len(fed)), fed.pos]
+    ours_logits = ours_logits - ours_logits.mean(-1, keepdim=True)
+    theirs_logits = torch.tensor(check["read_logits_centred"])
+    read_rel = float((ours_logits - theirs_logits).abs().max() / theirs_logits.abs().max())
+
+    n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
+    common = dict(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
+                  batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
+                  load_max=max(loads), machine=cpu_name(), model=Path(a.model).resolve().parent.name,
+                  data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},
+                  commit=_commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
+    methods = [m for m in a.methods if runs["theirs"].get(m)]  # the methods that ran on both sides
+    rows = [{**method_row(m, a, runs, bridge, fed, work, n_kv), **common} for m in methods]
+    table = pd.DataFrame(rows)
+    harness.write(table, a)
+    print(table[["method", "max_rel_diff", "spearman", "cpr_ours", "cpr_theirs", "wall_ratio"]].to_string())
+
+
+def _commit() -> str:
+    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,94 @@
+"""MIB's own code beside ours on SmolLM2 (benchmarks/peers_mib_lm.py): the comparison's
+arithmetic on hand-made circuit files, and the committed table kept in step with the
+page and the README. No peer environment is needed: the peers' run is the committed
+reference file."""
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import peers_mib_lm as P  # noqa: E402
+
+from selfrepair.tooling import peers_table, readme_table  # noqa: E402
+
+TABLE = ROOT / "results" / "reference" / f"{peers_table.PEERS_MIB}.csv"
+PAGE = ROOT / "docs" / "results" / "peers.md"
+
+
+def _file(scores: dict) -> dict:
+    return {"edges": {n: {"score": s, "in_graph": False} for n, s in scores.items()}}
+
+
+def test_key_value_edges_are_held_against_the_mean_of_mibs_heads_in_their_group():
+    # 4 heads in 2 key-value groups: heads 0,1 share one, heads 2,3 the other
+    theirs = {"input->a1.h0<k>": 1.0, "input->a1.h1<k>": 3.0, "input->a1.h2<k>": -2.0, "input->a1.h3<k>": 0.0,
+              "input->a1.h0<q>": 4.0, "m0->logits": -1.0}  # fmt: skip
+    names = list(theirs)
+    mean = P.group_mean(names, pd.Series(theirs).to_numpy(), n_heads=4, n_kv=2)
+    assert mean.tolist() == [2.0, 2.0, -1.0, -1.0, 4.0, -1.0]
+    ours = {**theirs, "input->a1.h0<k>": 2.0, "input->a1.h1<k>": 2.0, "input->a1.h2<k>": -1.0,
+            "input->a1.h3<k>": -1.0, "m0->logits": -1.5}  # fmt: skip
+    row = P.compare(_file(ours), _file(theirs), n_heads=4, n_kv=2)
+    assert row["max_rel_diff"] == pytest.approx(1.0 / 4.0)  # |2 - 1| or |-1 - 0| over max |score| 4
+    assert row["max_rel_diff_qmlp"] == pytest.approx(0.5 / 4.0)  # the logits edge
+    assert row["max_rel_diff_kv_group"] == 0.0
+    assert row["n_edges"] == 6
+
+
+def test_top_share_by_hand():
+    import numpy as np
+
+    a, b = np.array([5.0, 4.0, -9.0, 1.0]), np.array([5.0, 1.0, 4.0, -9.0])
+    assert P.top_share(a, b, 2, absolute=False) == 0.5  # {0, 1} vs {0, 2}
+    assert P.top_share(a, b, 2, absolute=True) == 0.5  # {2, 0} vs {3, 0}
+    assert P.top_share(a, b, 0, absolute=True) == 1.0
+    assert P.top_share(a, a, 3, absolute=False) == 1.0
+
+
+def test_different_edge_sets_are_refused():
+    with pytest.raises(ValueError, match="different edges"):
+        P.compare(_file({"input->m0": 1.0}), _file({"input->m1": 1.0}), 1, 1)
+
+
+@pytest.fixture(scope="module")
+def table():
+    assert TABLE.exists(), f"{TABLE} is committed by benchmarks/peers_mib_lm.py --write"
+    return pd.read_csv(TABLE)
+
+
+def test_the_page_shows_the_committed_table(table):
+    text = PAGE.read_text()
+    for name in ("", "_metrics", "_topn", "_time"):
+        block = peers_table.PEERS_MIB + name
+        assert f"<!-- {block}:start -->" in text, f"{PAGE.name} lacks the block {block}"
+    assert readme_table.render(text, readme_table.blocks()) == text, "stale: run benchmarks/peers_mib_lm.py --write"
+    assert set(table["method"]) >= {"eap", "eap-ig", "ifr"}
+
+
+def test_the_page_and_readme_name_the_run_behind_the_table(table):
+    text, readme = PAGE.read_text(), (ROOT / "README.md").read_text()
+    first = table.iloc[0]
+    for col in ("mib_circuit_track", "eap_ig", "transformerlens", "commit", "date", "machine"):
+        assert table[col].nunique() == 1, f"one run behind the table: {col} differs between rows"
+        assert str(first[col]) in text, f"{PAGE.name} does not name the run's {col} ({first[col]})"
+    assert f"N = {int(first['n'])}" in text and f"batch {int(first['batch_size'])}" in text
+    for commit in (first["mib_circuit_track"], first["eap_ig"]):
+        assert str(commit) in readme, f"README's peers sentence does not name {commit}"
+    assert "SmolLM2" in readme and "docs/results/peers.md" in readme
+
+
+def test_the_pages_prose_quotes_the_tables_figures(table):
+    """Each figure the prose cites (the marked spans) is one the table holds."""
+    import re
+
+    text = PAGE.read_text()
+    quoted = re.findall(r"<!-- quote ([\w.-]+) ([\w_]+) -->([^<]+)<!-- /quote -->", text)
+    assert quoted, "the page quotes no figure of the table"
+    rows = table.set_index("method")
+    for method, column, shown in quoted:
+        value = rows.loc[method, column]
+        assert shown.strip() == readme_table._fmt(float(value)), f"{method} {column}: page {shown!r}, table {value}"
