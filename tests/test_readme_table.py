@@ -70,7 +70,13 @@ def test_headline_one_row_per_paper_counts_every_claim():
         assert len(mine) == (2 if two else 1), paper
         for r in mine:
             assert int(r[1]) == len(g) == sum(int(x) for x in r[2:6])
-    assert len(rows) == sum(1 for r in rows if any(r[0].startswith("| " + readme_table.PAPERS[p]) for p in papers))
+    # the rest: one row per real LM of the real-LM claims table, counting its claims
+    others = [r for r in rows if not any(r[0].startswith("| " + readme_table.PAPERS[p]) for p in papers)]
+    lms = readme_table.REFERENCE / "real_lms_claims.csv"
+    real = pd.read_csv(lms) if lms.exists() else pd.DataFrame({"model": []})
+    assert len(others) == real["model"].nunique()
+    for r, (model, g) in zip(others, real.groupby("model", sort=False)):
+        assert "real LM" in r[0] and int(r[1]) == len(g) == sum(int(x) for x in r[2:6]), model
 
 
 def test_blocks_rendered_into_every_document_and_checked(tmp_path, capsys):

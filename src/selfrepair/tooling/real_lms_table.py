@@ -13,8 +13,8 @@ import pandas as pd
 MODEL_LABELS = {"smollm2-135m": "SmolLM2-135M", "gemma-3-270m": "Gemma-3-270M"}
 # the claims a headline row quotes, by claim id, with a short label
 HEADLINE = {
-    "lm_coax_auc_beats_baselines": "COAX AUC minus best baseline",
-    "lm_gim_best_cpr_ioi": "IOI: GIM CPR minus the best of EAP and EAP-IG",
+    "lm_coax_auc_beats_baselines": "COAX AUC - best baseline",
+    "lm_gim_best_cpr_ioi": "IOI GIM CPR - best of EAP, EAP-IG",
 }
 
 
@@ -43,7 +43,7 @@ def headline_rows(t: pd.DataFrame) -> list[str]:
             keys.append(f"{label}{value} ({r['verdict']})")
         label = MODEL_LABELS.get(model, model)
         out.append(
-            f"| B and C on {label}, a real LM (counts: holds, inconclusive, fails, not run) | {len(g)} | "
+            f"| B, C on {label} (real LM: holds, inconclusive, fails, not run) | {len(g)} | "
             + " | ".join(map(str, counts))
             + " | "
             + "; ".join(keys)
