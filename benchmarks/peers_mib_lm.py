@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import harness
+import real_size
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITS = {"MIB-circuit-track": "b759df3", "EAP-IG": "7af394a", "TransformerLens": "2.15.4"}
@@ -282,16 +282,6 @@ def time_columns(runs: dict, m: str, k: int, n_edges: int) -> dict:
     return row
 
 
-def cpu_name() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def parser():
     """The command line: the harness's options and this comparison's."""
     ap = harness.arguments(__doc__, "peers_mib_smollm2.csv")
@@ -351,19 +341,14 @@ def main(argv=None):
     n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
     common = dict(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
                   batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
-                  load_max=max(loads), machine=cpu_name(), model=Path(a.model).resolve().parent.name,
+                  load_max=max(loads), machine=real_size.machine(), model=Path(a.model).resolve().parent.name,
                   data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},
-                  commit=_commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
+                  commit=real_size.commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
     methods = [m for m in a.methods if runs["theirs"].get(m)]  # the methods that ran on both sides
     rows = [{**method_row(m, a, runs, bridge, fed, work, n_kv), **common} for m in methods]
     table = pd.DataFrame(rows)
     harness.write(table, a)
     print(table[["method", "max_rel_diff", "spearman", "cpr_ours", "cpr_theirs", "wall_ratio"]].to_string())
-
-
-def _commit() -> str:
-    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":
