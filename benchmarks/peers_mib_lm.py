@@ -40,7 +40,12 @@ head's key-value group), the Spearman correlation, the share of ours' top-n edge
 MIB's top-n at each of MIB's fractions (signed and absolute ranking), the largest
 difference of the faithfulness curves, CPR and CMD of each code on its own scores and
 of ours on MIB's circuit file (and, for the methods of ``--cross``, MIB's on ours), the seconds of
-each side (fewest over the rounds) and their ratios, the machine, commits and N.
+each side (fewest over the rounds) and their ratios, the machine, commits and N. Two
+columns take the remaining differences apart: for ``--cross``, MIB's curve on our file
+against ours at the points whose circuit splits a key-value group between live heads and
+at the others (``cross_curve_diff_split``, ``cross_curve_diff_whole``); for IFR (greedy
+circuits), how far our own curves move when only the order of tied candidates changes
+(``tie_curve_spread``, over our order and four of MIB's kind).
 """
 
 from __future__ import annotations
@@ -123,6 +128,67 @@ def compare(ours: dict, theirs: dict, n_heads: int, n_kv: int) -> dict:
         row.update({f"topn_{kind}_{f:g}": s for f, s in zip(FRACTIONS, shares)})
         row[f"topn_{kind}_min"] = min(shares)
     return row
+
+
+def live_splits(graph, mask, n_heads: int, n_kv: int) -> list[str]:
+    """The key and value edges that a circuit (``mask`` on ``graph``) leaves out of a live
+    head while it keeps the same edge into another head of the head's key-value group: the
+    places where MIB's evaluation (each query head's key or value input patched on its own)
+    and ours (one input per group, clean if any head of the group keeps the edge) differ.
+    A head counts as live when one of its output edges is in the circuit; a dead head's
+    output is replaced by its corrupted output downstream, so its inputs change nothing."""
+    rep = n_heads // n_kv
+    kept = [(graph.forward[i], graph.backward[j]) for i, j in mask.nonzero().tolist()]
+    live = {u for u, _ in kept}
+    groups: dict[tuple, set[int]] = {}
+    for u, v in kept:
+        if v.endswith(("<k>", "<v>")):
+            layer, head = v[1:-3].split(".h")
+            groups.setdefault((u, layer, int(head) // rep, v[-3:]), set()).add(int(head))
+    return [f"{u}->a{layer}.h{h}{kind}" for (u, layer, g, kind), heads in sorted(groups.items())
+            for h in range(g * rep, (g + 1) * rep) if h not in heads and f"a{layer}.h{h}" in live]  # fmt: skip
+
+
+def cross_split(graph, scores, method: str, ours: dict, theirs_eval: dict, n_heads: int, n_kv: int) -> dict:
+    """MIB's evaluation of our circuit file against ours, point by point: the largest
+    difference of the two faithfulness curves at the points whose circuit splits a
+    key-value group between live heads (:func:`live_splits`), and at the other points,
+    where both evaluations patch the same inputs and only float rounding (and the
+    dangling edges MIB's pruning keeps) can part them."""
+    from selfrepair.gim.graph import n_edges_at, select_edges, selection_rule
+
+    split, whole, n_split = [0.0], [0.0], 0
+    for key, absolute in (("signed", False), ("absolute", True)):
+        for frac, x, y in zip(FRACTIONS, ours["faithfulness"][key], theirs_eval[key]["faithfulness"]):
+            mask = select_edges(graph, scores, n_edges_at(frac, graph.n_edges), absolute, selection_rule(method))
+            if live_splits(graph, mask, n_heads, n_kv):
+                split.append(abs(x - y))
+                n_split += 1
+            else:
+                whole.append(abs(x - y))
+    return {"cross_curve_diff_split": max(split), "cross_curve_diff_whole": max(whole), "cross_split_points": n_split}
+
+
+def tie_spread(bridge, graph, data, scores, batch: int, seeds=range(4)) -> dict:
+    """How far the tie order moves our greedy circuits' faithfulness (IFR): the curves of
+    our tie order and of ``mib_tie_order(graph, seed)`` for each seed (orders of the kind
+    MIB's Python set draws), evaluated together; the largest range over the orders at one
+    point, and the number of points (of 20) whose circuit depends on the order."""
+    import torch
+
+    from selfrepair.gim.evaluate import run_circuits
+    from selfrepair.gim.graph import greedy_edges, mib_tie_order, n_edges_at
+
+    orders = [None, *(mib_tie_order(graph, s) for s in seeds)]
+    points = [(absolute, n_edges_at(f, graph.n_edges)) for absolute in (False, True) for f in FRACTIONS]
+    masks = [[greedy_edges(graph, scores, n, absolute, tie_break=t) for t in orders] for absolute, n in points]
+    flat = [graph.valid, torch.zeros_like(graph.valid), *(m for row in masks for m in row)]
+    m = [r.mean().item() for r in run_circuits(bridge, graph, data, flat, batch)]
+    full, empty, rest = m[0], m[1], m[2:]
+    k = len(orders)
+    faith = [[(x - empty) / (full - empty) for x in rest[p * k : (p + 1) * k]] for p in range(len(points))]
+    differ = sum(any(not bool((row[0] == other).all()) for other in row[1:]) for row in masks)
+    return {"tie_curve_spread": max(max(f) - min(f) for f in faith), "tie_orders": k, "tie_points_differ": differ}
 
 
 # ---------------------------------------------------------------- our side -------
@@ -213,8 +279,10 @@ def measure(a, bridge, graph, fed, work: Path):
     ``--analyse`` can compare the rounds that finished."""
     runs, loads, check = {"ours": {}, "theirs": {}}, [], None
 
+    meta = run_meta()
+
     def save():
-        (work / "runs.json").write_text(json.dumps({"runs": runs, "loads": loads, "check": check}))
+        (work / "runs.json").write_text(json.dumps({"runs": runs, "loads": loads, "check": check, "meta": meta}))
 
     for r in range(a.rounds):
         methods = [m for m in a.methods if r == 0 or m not in a.once]
@@ -234,12 +302,22 @@ def measure(a, bridge, graph, fed, work: Path):
         if r == 0 and a.cross:
             peer_run(a, work / "cross", ["--evaluate", *[str(out / f"ours_{m}.json") for m in a.cross]])
             print("MIB's evaluation of our files done", flush=True)
-    return runs, loads, check
+    return runs, loads, check, meta
+
+
+def run_meta() -> dict:
+    """The machine, commit and date of a run (kept in runs.json, so that ``--analyse``
+    credits the run, not the analysis)."""
+    return {"machine": real_size.machine(), "commit": real_size.commit(), "date": time.strftime("%Y-%m-%d")}
 
 
 def method_row(m: str, a, runs: dict, bridge, fed, work: Path, n_kv: int) -> dict:
     """One method's row: agreement of the last round both sides ran, CPR and CMD each way,
-    seconds (:func:`time_columns`)."""
+    where MIB's evaluation of our file parts from ours (:func:`cross_split`), how far the
+    tie order moves a greedy method's curves (:func:`tie_spread`), seconds
+    (:func:`time_columns`)."""
+    from selfrepair.gim.graph import from_mib_json, selection_rule
+
     k = len(runs["theirs"][m])  # rounds that ran on both sides
     last = work / f"round{k - 1}"
     ours_file = json.loads((last / f"ours_{m}.json").read_text())
@@ -252,9 +330,15 @@ def method_row(m: str, a, runs: dict, bridge, fed, work: Path, n_kv: int) -> dic
                                  for x, y in zip(o["n_kept"][r], t[r]["weighted_edge_counts"]))  # fmt: skip
     row.update(cpr_ours=o["cpr"], cpr_theirs=t["cpr"], cmd_ours=o["cmd"], cmd_theirs=t["cmd"])
     row["cpr_ours_on_theirs"], row["cmd_ours_on_theirs"] = our_eval_of(bridge, last / f"{m}.json", m, fed, a.batch_size)
+    n_heads = bridge.cfg.n_heads
     if (work / "cross" / f"ours_{m}_eval.json").exists():  # MIB's evaluation of our round-0 file
         x = json.loads((work / "cross" / f"ours_{m}_eval.json").read_text())
         row["cpr_theirs_on_ours"], row["cmd_theirs_on_ours"] = x["cpr"], x["cmd"]
+        graph, scores, _ = from_mib_json(work / "round0" / f"ours_{m}.json", n_kv_heads=n_kv)
+        row.update(cross_split(graph, scores, m, runs["ours"][m][0], x, n_heads, n_kv))
+    if selection_rule(m) == "greedy":
+        graph, scores, _ = from_mib_json(last / f"ours_{m}.json", n_kv_heads=n_kv)
+        row.update(tie_spread(bridge, graph, fed, scores, a.batch_size))
     return {**row, **time_columns(runs, m, k, row["n_edges"]), "rounds": k}
 
 
@@ -312,24 +396,26 @@ def main(argv=None):
     import pandas as pd
     import torch
 
-    from selfrepair.core.models import load_bridge
+    from selfrepair.core.models import folder_tokenizer, load_bridge
     from selfrepair.gim.graph import Graph
-    from selfrepair.gim.localization import _model_tokenizer
     from selfrepair.tasks import mib
 
     a.batch_size = min(a.batch_size, a.n)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     bridge = load_bridge(a.model)
-    tok = _model_tokenizer(a.model, None)
+    tok = folder_tokenizer(a.model)
     data = mib.load("ioi", tok, a.n, [str(Path(a.data).parent.parent)], split=Path(a.data).stem)
     graph = Graph.from_bridge(bridge)
     fed = with_bos(data, tok.bos_token_id)  # as MIB's tokenize_plus feeds them; checked below
     saved = work / "runs.json"
     if a.analyse:
-        runs, loads, check = (json.loads(saved.read_text())[k] for k in ("runs", "loads", "check"))
+        kept = json.loads(saved.read_text())
+        if "meta" not in kept:
+            raise SystemExit(f"{saved} has no 'meta' (the run's machine, commit and date): add them by hand")
+        runs, loads, check, meta = (kept[k] for k in ("runs", "loads", "check", "meta"))
     else:
-        runs, loads, check = measure(a, bridge, graph, fed, work)
+        runs, loads, check, meta = measure(a, bridge, graph, fed, work)
     check_tokens(fed, check)
     logits_rel = check["logits_max_abs_diff"] / check["logits_max_abs"]
     with torch.no_grad():
@@ -341,9 +427,9 @@ def main(argv=None):
     n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
     common = dict(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
                   batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
-                  load_max=max(loads), machine=real_size.machine(), model=Path(a.model).resolve().parent.name,
+                  load_max=max(loads), machine=meta["machine"], model=Path(a.model).resolve().parent.name,
                   data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},
-                  commit=real_size.commit(), date=time.strftime("%Y-%m-%d"))  # fmt: skip
+                  commit=meta["commit"], date=meta["date"], analysis_commit=real_size.commit())  # fmt: skip
     methods = [m for m in a.methods if runs["theirs"].get(m)]  # the methods that ran on both sides
     rows = [{**method_row(m, a, runs, bridge, fed, work, n_kv), **common} for m in methods]
     table = pd.DataFrame(rows)

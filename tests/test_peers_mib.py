@@ -54,6 +54,59 @@ def test_different_edge_sets_are_refused():
         P.compare(_file({"input->m0": 1.0}), _file({"input->m1": 1.0}), 1, 1)
 
 
+def _circuit(graph, edges):
+    import torch
+
+    mask = torch.zeros_like(graph.valid)
+    for e in edges:
+        u, v = e.split("->")
+        i, j = graph.forward.index(u), graph.backward.index(v)
+        assert graph.valid[i, j], e
+        mask[i, j] = True
+    return mask
+
+
+def test_live_splits_by_hand():
+    """Only a key or value edge that one live head of a key-value group keeps and another
+    live head of the group lacks is a split; queries are per head, dead heads read nothing."""
+    from selfrepair.gim.graph import Graph
+
+    g = Graph.build(2, 4, 8, n_kv_heads=2)  # heads 0,1 share a key-value head; 2,3 the other
+    live = ["a1.h0->logits", "a1.h1->logits", "a1.h2->m1", "m1->logits"]  # a1.h3 is dead
+    edges = [*live, "input->a1.h0<k>", "m0->a1.h0<v>", "m0->a1.h1<v>", "input->a1.h0<q>",
+             "input->a1.h2<v>", "input->a1.h3<k>", "input->m1"]  # fmt: skip
+    # h1 lacks the key edge h0 keeps; h2 lacks the key edge the dead h3 keeps (ours then
+    # keeps the group's key input clean for h2 too); h3 lacks h2's value edge, but is dead
+    assert P.live_splits(g, _circuit(g, edges), 4, 2) == ["input->a1.h1<k>", "input->a1.h2<k>"]
+    assert P.live_splits(g, _circuit(g, [*edges, "input->a1.h1<k>", "input->a1.h2<k>"]), 4, 2) == []
+    # without grouping (one key-value head per head) nothing is shared
+    assert P.live_splits(g, _circuit(g, edges), 4, 4) == []
+
+
+def test_cross_split_sorts_each_points_difference_by_its_circuit(monkeypatch):
+    """The difference of the two curves at a point counts as a split's when that point's
+    circuit splits a group between live heads, else as a whole point's."""
+    import torch
+
+    from selfrepair.gim.graph import Graph
+
+    g = Graph.build(2, 4, 8, n_kv_heads=2)
+    scores = torch.zeros(g.valid.shape)
+    top = ["a1.h0->logits", "a1.h1->logits", "input->a1.h0<k>", "input->a1.h1<q>", "input->a1.h0<q>"]
+    for rank, e in enumerate(top):
+        u, v = e.split("->")
+        scores[g.forward.index(u), g.backward.index(v)] = 10.0 - rank
+    # 5 edges of g.n_edges: the top five, where a1.h1 is live without input's key edge
+    frac = 5 / g.n_edges
+    monkeypatch.setattr(P, "FRACTIONS", (frac, 1.0))
+    ours = {"faithfulness": {"signed": [0.5, 1.0], "absolute": [0.7, 1.0]}}
+    theirs = {"signed": {"faithfulness": [0.25, 1.0]}, "absolute": {"faithfulness": [0.7, 1.0 + 1e-6]}}
+    row = P.cross_split(g, scores, "eap", ours, theirs, 4, 2)
+    assert row["cross_split_points"] == 2  # the 5-edge circuit of both rankings
+    assert row["cross_curve_diff_split"] == 0.25
+    assert row["cross_curve_diff_whole"] == pytest.approx(1e-6)  # the full circuit, absolute
+
+
 @pytest.fixture(scope="module")
 def table():
     assert TABLE.exists(), f"{TABLE} is committed by benchmarks/peers_mib_lm.py --write"
@@ -72,7 +125,7 @@ def test_the_page_shows_the_committed_table(table):
 def test_the_page_and_readme_name_the_run_behind_the_table(table):
     text, readme = PAGE.read_text(), (ROOT / "README.md").read_text()
     first = table.iloc[0]
-    for col in ("mib_circuit_track", "eap_ig", "transformerlens", "commit", "date", "machine"):
+    for col in ("mib_circuit_track", "eap_ig", "transformerlens", "commit", "analysis_commit", "date", "machine"):
         assert table[col].nunique() == 1, f"one run behind the table: {col} differs between rows"
         assert str(first[col]) in text, f"{PAGE.name} does not name the run's {col} ({first[col]})"
     assert f"N = {int(first['n'])}" in text and f"batch {int(first['batch_size'])}" in text
