@@ -40,7 +40,7 @@ head's key-value group), the Spearman correlation, the share of ours' top-n edge
 MIB's top-n at each of MIB's fractions (signed and absolute ranking), the largest
 difference of the faithfulness curves, CPR and CMD of each code on its own scores and
 of ours on MIB's circuit file (and, for the methods of ``--cross``, MIB's on ours), the seconds of
-each side (fewest over the rounds) and their ratios, the machine, commits and N. Two
+each side (fewest over the rounds) and their ratios, the machine, commits and N. More
 columns take the remaining differences apart: for ``--cross``, MIB's curve on our file
 against ours at the points whose circuit splits a key-value group between live heads and
 at the others (``cross_curve_diff_split``, ``cross_curve_diff_whole``); for IFR (greedy
