@@ -193,11 +193,6 @@ def test_the_probe_sees_a_real_snakemake_script_job(tmp_path):
     assert [(p["rule"], p["wildcards"]) for p in gm.read_probe(log)] == [("a", {"x": "7"})]
 
 
-# The packaged real LMs' rules joined the default run after the reference run
-# (results/reference/runtime.csv); the next full run's make reference gives them rows.
-NEWER_THAN_REFERENCE = {"lm_convert", "coax_lm", "gim_lm", "groundtruth_lm"}
-
-
 def test_rule_steps_are_the_reference_steps():
     """Every benchmarked rule's (part, step) is the one benchmarks/runtime_summary.py gives
     its benchmark file, and results/reference/runtime.csv has it."""
@@ -226,9 +221,6 @@ def test_rule_steps_are_the_reference_steps():
     assert len(found) >= 20, found
     for rule, step in found.items():
         assert gm.rule_step(rule) == step, rule
-        if rule in NEWER_THAN_REFERENCE:  # until the next full run's make reference adds them
-            assert step not in ref, f"{rule}: {step} is in {gb.REFERENCE.name} now: drop it from NEWER_THAN_REFERENCE"
-            continue
         assert step in ref, f"{rule}: {step} is not in {gb.REFERENCE.name}"
 
 
