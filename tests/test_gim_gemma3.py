@@ -22,8 +22,8 @@ warnings.filterwarnings("ignore")
 
 from selfrepair.core.models import load_bridge, save_model  # noqa: E402
 from selfrepair.gim.attribute import edge_scores, exact_edge_patching  # noqa: E402
-from selfrepair.gim.backward import GIMConfig, _FrozenScaleNorm, gim  # noqa: E402
-from selfrepair.gim.evaluate import logit_diff, run_circuit  # noqa: E402
+from selfrepair.gim.backward import GIMConfig, _FrozenScaleNorm, gim, with_hooks  # noqa: E402
+from selfrepair.gim.evaluate import logit_diff, read_logit_diff, read_logits, run_circuit  # noqa: E402
 from selfrepair.gim.graph import Graph  # noqa: E402
 from selfrepair.gim.hooks import attn_post_norms, prepared  # noqa: E402
 from selfrepair.gim.localization import check_supported  # noqa: E402
@@ -438,3 +438,37 @@ def test_gim_forward_is_the_models_own_bit_for_bit(gemma3_gqa):
             plain = bridge(toks)
         with gim(bridge, GIMConfig()):
             assert torch.equal(bridge(toks), plain)
+
+
+def test_read_logits_unembeds_only_the_read_positions(gemma3_gqa):
+    """read_logits: the plain HF model's logits at each row's own position (the positions
+    differ per row), with the unembedding given one position per row (its output seen at
+    ``unembed.hook_out``), and the gradient of a logit difference read that way equal to
+    HF's through the whole logits."""
+    bridge, hf = gemma3_gqa
+    data = _data()
+    data = CounterfactualBatch(data.clean, data.corrupt, data.answer, data.foil, torch.tensor([5, 2, 4, 0]))
+    rows = torch.arange(4)
+    seen = []
+    with torch.no_grad():
+        want = hf(data.clean).logits[rows, data.pos]
+        with with_hooks(bridge, [("unembed.hook_out", lambda x, hook: seen.append(tuple(x.shape)))]):
+            got = read_logits(bridge, data.clean, data.pos)
+    assert seen == [(4, 1, VOCAB)]
+    assert torch.allclose(got, want, atol=1e-5) and got.shape == (4, VOCAB)
+    assert torch.allclose(read_logit_diff(bridge, data), logit_diff(hf(data.clean).logits, data), atol=1e-5)
+
+    def input_grad(run):
+        leaf = {}
+
+        def grab(x, hook):
+            leaf["x"] = x.detach().requires_grad_(True)
+            return leaf["x"]
+
+        with with_hooks(bridge, [("blocks.0.hook_resid_pre", grab)]):
+            run().sum().backward()
+        return leaf["x"].grad
+
+    whole = input_grad(lambda: logit_diff(bridge(data.clean), data))
+    read = input_grad(lambda: read_logit_diff(bridge, data))
+    assert whole.abs().max() > 0 and torch.allclose(read, whole, atol=1e-6)

@@ -18,7 +18,7 @@ import torch
 
 from selfrepair.gim import relp as relp_rules
 from selfrepair.gim.backward import GIMConfig, with_hooks
-from selfrepair.gim.evaluate import logit_diff
+from selfrepair.gim.evaluate import read_logit_diff
 from selfrepair.gim.flow_routes import (  # noqa: F401
     IFR_PROCESSING,
     L1_CHUNK,
@@ -42,6 +42,7 @@ from selfrepair.tasks.counterfactual import CounterfactualBatch
 METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm", "relp", "relp-ah", "eap-gp")
 PATH_METHODS = ("eap-ig", "eap-gp")  # integrate along a path from the corrupt to the clean input
 GRADIENT_POINTS = ("clean", "corrupted")  # edge_scores(gradient_at=...): noising, denoising
+STOP = "ln_final.hook_in"  # forwards that only record the nodes stop before the unembedding
 
 
 # ---------------------------------------------------------------- scores ---------
@@ -201,15 +202,15 @@ def _gradient_points(bridge, graph: Graph, b: CounterfactualBatch, method: str, 
     is taken at (interpolation weights, GradPath inputs, or [None]: the input itself)."""
     a_clean = a_corr = a_other = None
     if method == "eap-ig":
-        _, a_clean = forward_activations(bridge, graph, b.clean)
-        _, a_corr = forward_activations(bridge, graph, b.corrupt)
+        _, a_clean = forward_activations(bridge, graph, b.clean, stop_after=STOP)
+        _, a_corr = forward_activations(bridge, graph, b.corrupt, stop_after=STOP)
         steps = [k / ig_steps for k in range(ig_steps)]
     elif method == "eap-gp":
         corr_logits, a_corr = forward_activations(bridge, graph, b.corrupt)
-        _, a_clean = forward_activations(bridge, graph, b.clean)
+        _, a_clean = forward_activations(bridge, graph, b.clean, stop_after=STOP)
         steps = gradpath_inputs(bridge, b, a_clean[:, :, 0], a_corr[:, :, 0], corr_logits.float(), ig_steps, path)
     else:
-        _, a_other = forward_activations(bridge, graph, other)
+        _, a_other = forward_activations(bridge, graph, other, stop_after=STOP)
         steps = [None]
     return a_clean, a_corr, a_other, steps
 
@@ -254,12 +255,11 @@ def _add_gradients(bridge, graph: Graph, b, at, alpha, slots: dict, cfg, record:
             bwd_hooks += rec_hooks
     with relp_rules.modified_backward(bridge, cfg):
         with with_hooks(bridge, bwd_hooks):
-            logits = bridge(at)
-            loss = -logit_diff(logits, b).sum()
+            loss = -read_logit_diff(bridge, b, at).sum()
             loss.backward()
     a_at = None
     if alpha is None:
-        a_at = recorded() if record else forward_activations(bridge, graph, at)[1]
+        a_at = recorded() if record else forward_activations(bridge, graph, at, stop_after=STOP)[1]
     for name in slots:
         g = grads[name] if name in grads else torch.zeros(like[name][0], dtype=like[name][1], device=like[name][2])
         grads_sum[name] = g if name not in grads_sum else grads_sum[name] + g

@@ -42,6 +42,31 @@ def logit_diff(logits: torch.Tensor, batch: CounterfactualBatch) -> torch.Tensor
     return last[rows, batch.answer] - last[rows, batch.foil]
 
 
+READ_HOOK = "unembed.hook_in"  # the unembedding's input, after the final norm
+
+
+def read_logits(bridge, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """[B, V] logits of each row at its ``pos`` only: the unembedding (over the whole
+    vocabulary) is applied to those rows of its input, not to every position (on
+    Gemma-3's 262k-token vocabulary it is most of a short prompt's forward). Hooks
+    already on the bridge (patching, gradients) run as before; the values are those of
+    ``bridge(tokens)[rows, pos]``. A model without :data:`READ_HOOK` runs whole."""
+    rows = torch.arange(tokens.shape[0], device=tokens.device)
+    at = pos.to(tokens.device)
+    if READ_HOOK not in getattr(bridge, "hook_dict", {}):
+        return bridge(tokens)[rows, at]
+    with with_hooks(bridge, [(READ_HOOK, lambda x, hook: x[rows, at][:, None])]):
+        return bridge(tokens)[:, 0]
+
+
+def read_logit_diff(bridge, batch: CounterfactualBatch, tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`logit_diff` of ``tokens`` (the batch's clean prompts if None), with the
+    logits read at ``pos`` only (:func:`read_logits`)."""
+    last = read_logits(bridge, batch.clean if tokens is None else tokens, batch.pos)
+    rows = torch.arange(last.shape[0], device=last.device)
+    return last[rows, batch.answer.to(last.device)] - last[rows, batch.foil.to(last.device)]
+
+
 # ---------------------------------------------------------------- patching -------
 @contextmanager
 def patched(bridge, graph: Graph, in_graph: torch.Tensor, a_corr: torch.Tensor):
@@ -96,13 +121,13 @@ def run_circuits(bridge, graph: Graph, data: CounterfactualBatch, circuits, batc
     for b in data.batches(batch_size, next(bridge.parameters()).device):
         corr = None
         if any_patched:
-            _, a_corr = forward_activations(bridge, graph, b.corrupt)
+            _, a_corr = forward_activations(bridge, graph, b.corrupt, stop_after="ln_final.hook_in")
             corr = a_corr.permute(2, 0, 1, 3).contiguous()
             del a_corr
         for k, c in enumerate(masks):
             hooks = _patch_hooks(bridge, graph, c, corr) if corr is not None else []
             with torch.no_grad(), with_hooks(bridge, hooks):
-                out[k].append(logit_diff(bridge(b.clean), b))
+                out[k].append(read_logit_diff(bridge, b))
     rows = [torch.cat(o) for o in out]
     return [rows[k].clone() for k in index]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from selfrepair.gim.evaluate import FRACTIONS, area, run_circuits
+from selfrepair.gim.evaluate import FRACTIONS, area, read_logits, run_circuits
 from selfrepair.gim.graph import Graph, n_edges_at, select_edges
 from selfrepair.gim.hooks import on_prepared
 from selfrepair.tasks.counterfactual import CounterfactualBatch
@@ -32,8 +32,7 @@ def correct(bridge, data: CounterfactualBatch, choices: torch.Tensor | None = No
     with torch.no_grad():
         for i in range(0, len(data), batch_size):
             b = data.slice(i, i + batch_size)
-            logits = bridge(b.clean.to(device))
-            last = logits[torch.arange(len(b)), b.pos].float().cpu()
+            last = read_logits(bridge, b.clean.to(device), b.pos).float().cpu()
             rows = torch.arange(len(b))
             if choices is None:
                 out.append(last[rows, b.answer] > last[rows, b.foil])
