@@ -27,7 +27,7 @@ from selfrepair.gim.flow_routes import (  # noqa: F401
     position_weights,
     proximity_shares,
 )
-from selfrepair.gim.graph import Graph
+from selfrepair.gim.graph import LOGITS_INPUT, Graph
 from selfrepair.gim.hooks import activation_recorder, forward_activations, on_prepared
 from selfrepair.gim.mib_weights import input_node_hook, mib_processing  # noqa: F401
 from selfrepair.gim.patching import (  # noqa: F401
@@ -42,7 +42,6 @@ from selfrepair.tasks.counterfactual import CounterfactualBatch
 METHODS = ("eap", "eap-ig", "gim", "gim-no-tsg", "gim-no-ln", "gim-no-norm", "relp", "relp-ah", "eap-gp")
 PATH_METHODS = ("eap-ig", "eap-gp")  # integrate along a path from the corrupt to the clean input
 GRADIENT_POINTS = ("clean", "corrupted")  # edge_scores(gradient_at=...): noising, denoising
-STOP = "ln_final.hook_in"  # forwards that only record the nodes stop before the unembedding
 
 
 # ---------------------------------------------------------------- scores ---------
@@ -202,15 +201,15 @@ def _gradient_points(bridge, graph: Graph, b: CounterfactualBatch, method: str, 
     is taken at (interpolation weights, GradPath inputs, or [None]: the input itself)."""
     a_clean = a_corr = a_other = None
     if method == "eap-ig":
-        _, a_clean = forward_activations(bridge, graph, b.clean, stop_after=STOP)
-        _, a_corr = forward_activations(bridge, graph, b.corrupt, stop_after=STOP)
+        _, a_clean = forward_activations(bridge, graph, b.clean, stop_after=LOGITS_INPUT)
+        _, a_corr = forward_activations(bridge, graph, b.corrupt, stop_after=LOGITS_INPUT)
         steps = [k / ig_steps for k in range(ig_steps)]
     elif method == "eap-gp":
         corr_logits, a_corr = forward_activations(bridge, graph, b.corrupt)
-        _, a_clean = forward_activations(bridge, graph, b.clean, stop_after=STOP)
+        _, a_clean = forward_activations(bridge, graph, b.clean, stop_after=LOGITS_INPUT)
         steps = gradpath_inputs(bridge, b, a_clean[:, :, 0], a_corr[:, :, 0], corr_logits.float(), ig_steps, path)
     else:
-        _, a_other = forward_activations(bridge, graph, other, stop_after=STOP)
+        _, a_other = forward_activations(bridge, graph, other, stop_after=LOGITS_INPUT)
         steps = [None]
     return a_clean, a_corr, a_other, steps
 
@@ -259,7 +258,7 @@ def _add_gradients(bridge, graph: Graph, b, at, alpha, slots: dict, cfg, record:
             loss.backward()
     a_at = None
     if alpha is None:
-        a_at = recorded() if record else forward_activations(bridge, graph, at, stop_after=STOP)[1]
+        a_at = recorded() if record else forward_activations(bridge, graph, at, stop_after=LOGITS_INPUT)[1]
     for name in slots:
         g = grads[name] if name in grads else torch.zeros(like[name][0], dtype=like[name][1], device=like[name][2])
         grads_sum[name] = g if name not in grads_sum else grads_sum[name] + g

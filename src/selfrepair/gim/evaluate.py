@@ -16,6 +16,7 @@ import torch
 from selfrepair.gim.backward import with_hooks
 from selfrepair.gim.edge_patch import _patch_hooks
 from selfrepair.gim.graph import (
+    LOGITS_INPUT,
     SELECTIONS,
     Graph,
     greedy_edges,
@@ -121,7 +122,7 @@ def run_circuits(bridge, graph: Graph, data: CounterfactualBatch, circuits, batc
     for b in data.batches(batch_size, next(bridge.parameters()).device):
         corr = None
         if any_patched:
-            _, a_corr = forward_activations(bridge, graph, b.corrupt, stop_after="ln_final.hook_in")
+            _, a_corr = forward_activations(bridge, graph, b.corrupt, stop_after=LOGITS_INPUT)
             corr = a_corr.permute(2, 0, 1, 3).contiguous()
             del a_corr
         for k, c in enumerate(masks):

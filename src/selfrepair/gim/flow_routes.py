@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from selfrepair.gim.graph import Graph
+from selfrepair.gim.graph import LOGITS_INPUT, Graph
 from selfrepair.gim.hooks import forward_activations, on_prepared
 from selfrepair.gim.mib_weights import input_node_hook, mib_processing
 from selfrepair.gim.patching import _column_groups, _device
@@ -112,7 +112,7 @@ def information_flow_routes(
         names = dict.fromkeys(g[0] for g in groups)
         hooks = [(name, keep(name)) for name in names] + [(embed_hook, keep("input node"))]
         # the last input read is the logits node's (ln_final.hook_in): the unembedding is skipped
-        _, a = forward_activations(bridge, graph, b.clean, hooks=hooks, stop_after="ln_final.hook_in")
+        _, a = forward_activations(bridge, graph, b.clean, hooks=hooks, stop_after=LOGITS_INPUT)
         a[:, :, 0] = inputs.pop("input node")
         if vb is not None:
             a -= vb.to(a.device, a.dtype)

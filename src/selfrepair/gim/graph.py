@@ -41,6 +41,11 @@ def component_to_mib(c: Component) -> str:
 
 
 # ---------------------------------------------------------------- graph ----------
+# The logits node's input: every upstream node has written its activation before it, so a
+# forward that only records the nodes can stop there (hooks.forward_activations' stop_after).
+LOGITS_INPUT = "ln_final.hook_in"
+
+
 @dataclass
 class Graph:
     n_layers: int
@@ -104,7 +109,7 @@ class Graph:
         slots = {}
         for j, v in enumerate(self.backward):
             if v == "logits":
-                slots.setdefault("ln_final.hook_in", []).append((j, None))
+                slots.setdefault(LOGITS_INPUT, []).append((j, None))
             elif v.startswith("m"):
                 slots.setdefault(f"blocks.{self._layer(v)}.hook_mlp_in", []).append((j, None))
             else:
