@@ -43,6 +43,7 @@ import pytest
 import yaml
 
 import golden_suite as G
+from selfrepair.tooling.run_state import parse_run_log
 
 ROOT = G.ROOT
 PAPERS = G.ALL_PAPERS
@@ -220,7 +221,7 @@ def test_every_remote_job_went_through_slurm(runs):
     # in the first run or in the rerun (the cancelled job's downstream runs there)
     rules |= {_rule_of(j["comment"]) for j in squeue(name=runs.rerun.run_id).values()}
     (local_log,) = (runs.local / ".snakemake" / "log").glob("*.snakemake.log")
-    dag = set(re.findall(r"^(?:local)?rule (\w+):$", local_log.read_text(), flags=re.M)) - {"all"}
+    dag = {j.rule for j in parse_run_log(local_log.read_text()).jobs.values()} - {"all"}
     locals_ = _localrules(runs.remote)
     assert {"heroes_roles", "heroes_aggregate", "published_summary"} <= locals_, sorted(locals_)
     missing = dag - locals_ - rules
@@ -237,18 +238,18 @@ import json, sys
 from pathlib import Path
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
-root, workdir, *configs = sys.argv[1:]
+root, workdir, papers, *configs = sys.argv[1:]
 with SnakemakeApi(OutputSettings(quiet=True)) as api:
     wf = api.workflow(resource_settings=ResourceSettings(cores=1),
                       config_settings=ConfigSettings(configfiles=[Path(c) for c in configs],
-                                                     config={"papers": ["heroes", "coax", "gim"], "device": "cpu"}),
+                                                     config={"papers": papers.split(","), "device": "cpu"}),
                       storage_settings=StorageSettings(), snakefile=Path(root) / "Snakefile", workdir=Path(workdir))
     print(json.dumps(sorted(wf._workflow._localrules)))
 """
 
 
 def _localrules(d: Path) -> set[str]:
-    r = subprocess.run([str(G.BIN / "python"), "-c", LOCALRULES, str(ROOT), str(d), *map(str, G.TINY_CONFIGS)],
+    r = subprocess.run([str(G.BIN / "python"), "-c", LOCALRULES, str(ROOT), str(d), PAPERS, *map(str, G.TINY_CONFIGS)],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     return set(json.loads(r.stdout.strip().splitlines()[-1]))
