@@ -23,6 +23,8 @@ status, table, curves = run_mib(
     tie_orders=int(p.tie_orders),
     dtype=str(p.dtype),
     memory_gb=None if p.memory_gb is None else float(p.memory_gb),
+    kv_inputs=str(p.kv_inputs),
+    bos=str(p.bos),
 )
 status.to_csv(smk.output.status, index=False)
 table.to_csv(smk.output.table, index=False)

@@ -294,6 +294,8 @@ def own_settings(name, kind):
         fractions=list(GIM["fractions"]),
         ig_steps=GIM["ig_steps"],
         weighting="example",  # every pair weighs alike, whatever the batches
+        kv_inputs=GIM["kv_inputs"],
+        bos=GIM["bos"],
         tie_orders=GIM["ifr_tie_orders"],
         eactp_max_edges=GIM["eactp_max_edges"],
         circuit_fraction=GIM["circuit_fraction"],

@@ -460,6 +460,8 @@ rule gim_mib:
         dtype=GIM["mib"]["dtype"],
         memory_gb=GIM["mib"]["memory_gb"],
         weighting=GIM["weighting"],
+        kv_inputs=GIM["kv_inputs"],
+        bos=GIM["bos"],
         methods=GIM["methods"],
         eactp_max_edges=GIM["eactp_max_edges"],
         ig_steps=GIM["ig_steps"],
@@ -549,6 +551,8 @@ rule gim_lm:
                 "weighting",
                 "eactp_max_edges",
                 "data_seed",
+                "kv_inputs",
+                "bos",
             )
         },
         device=DEVICE,

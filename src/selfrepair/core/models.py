@@ -231,16 +231,72 @@ def folder_tokenizer(folder_or_name: str | Path, search_paths: list[str] | None 
     return checkpoint_tokenizer(folder)
 
 
+class UngroupError(ValueError):
+    """A grouped-query model whose attention modules :func:`ungroup_kv` cannot expand."""
+
+
+def ungroup_kv(hf):
+    """Give every query head of a grouped-query model its own key and value projection, in
+    place, and return the model: each attention module's ``k_proj`` and ``v_proj`` rows
+    (and biases) repeated per head of their key/value group (``repeat_interleave``), its
+    ``num_key_value_groups`` set to 1, the config's ``num_key_value_heads`` to
+    ``num_attention_heads``. The function is the same (each head's keys and values are
+    the same numbers, computed from its own copy of the weights), but a bridge booted on
+    it has a key and value input per query head (``hook_k_input``: [B, T, n_heads, d]),
+    TransformerLens 2's ``ungroup_grouped_query_attention``, which MIB's code switches on.
+    A model without grouped keys and values (GPT-2, multi-head Llama) is returned as it
+    is; UngroupError when a grouped model's attention modules are not of the
+    ``k_proj``/``v_proj``/``head_dim`` kind (Llama, Qwen-2, Gemma-2, Gemma-3)."""
+    cfg = getattr(hf.config, "text_config", None) or hf.config
+    heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+    if not heads or not kv or kv == heads:
+        return hf
+    if heads % kv:
+        raise UngroupError(f"{heads} query heads do not split into {kv} key/value groups")
+    rep = heads // kv
+    attns = [m for m in hf.modules() if hasattr(m, "num_key_value_groups")]
+    if not attns or not all(hasattr(m, a) for m in attns for a in ("k_proj", "v_proj", "head_dim")):
+        raise UngroupError(
+            f"cannot ungroup {type(hf).__name__}'s key/value heads: its attention modules have no "
+            "k_proj, v_proj and head_dim to expand (kv_inputs: per_group keeps them grouped)"
+        )
+    for attn in attns:
+        d = attn.head_dim
+        for name in ("k_proj", "v_proj"):
+            old = getattr(attn, name)
+            new = nn.Linear(old.in_features, heads * d, bias=old.bias is not None)
+            new = new.to(device=old.weight.device, dtype=old.weight.dtype)
+            with torch.no_grad():
+                new.weight.copy_(old.weight.view(kv, d, -1).repeat_interleave(rep, 0).reshape(heads * d, -1))
+                if old.bias is not None:
+                    new.bias.copy_(old.bias.view(kv, d).repeat_interleave(rep, 0).reshape(-1))
+            new.requires_grad_(old.weight.requires_grad)
+            setattr(attn, name, new)
+        attn.num_key_value_groups = 1
+        if hasattr(attn, "num_key_value_heads"):
+            attn.num_key_value_heads = heads
+    cfg.num_key_value_heads = heads
+    return hf
+
+
 def load_bridge(
-    folder_or_name: str | Path, device: str = "cpu", search_paths: list[str] | None = None, dtype=None, brought=False
+    folder_or_name: str | Path,
+    device: str = "cpu",
+    search_paths: list[str] | None = None,
+    dtype=None,
+    brought=False,
+    ungroup: bool = False,
 ):
     """Boot a local model through ``TransformerBridge.boot_transformers``, offline (in
-    ``dtype`` if given; ``brought``: :func:`load_hf`'s)."""
+    ``dtype`` if given; ``brought``: :func:`load_hf`'s; ``ungroup``: the model's
+    grouped key/value heads given one per query head first, :func:`ungroup_kv`)."""
     from transformer_lens.model_bridge import TransformerBridge
 
     folder = resolve_local(str(folder_or_name), search_paths)
     _check_folder(folder)
     hf = load_hf(folder, device, dtype, brought)
+    if ungroup:
+        hf = ungroup_kv(hf)
     try:
         bridge = TransformerBridge.boot_transformers(str(folder), device=device, hf_model=hf, dtype=hf.dtype)
     except Exception as err:

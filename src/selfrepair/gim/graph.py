@@ -41,6 +41,26 @@ def component_to_mib(c: Component) -> str:
 
 
 # ---------------------------------------------------------------- graph ----------
+# How a grouped-query model's key and value inputs enter the graph (config gim.kv_inputs):
+# "per_query_head", MIB's (its scripts switch on TransformerLens's
+# ungroup_grouped_query_attention): each query head reads its own copy of the residual as
+# key and value input, scored and patched on its own (the bridge is booted on the model
+# ungrouped, core.models.ungroup_kv); "per_group": one key and value input per key/value
+# group, shared by its heads: an edge into a head's k (v) input scores the group's input
+# divided by the group size, and a group's input stays clean when any of its heads keeps
+# the edge. Both graphs have the same edges; on a model without grouped keys and values
+# (GPT-2) they are the same graph.
+KV_INPUTS = ("per_query_head", "per_group")
+
+
+def ungroups(kv_inputs: str) -> bool:
+    """Whether ``kv_inputs`` (:data:`KV_INPUTS`) boots the model ungrouped; ValueError
+    naming the choices otherwise."""
+    if kv_inputs not in KV_INPUTS:
+        raise ValueError(f"unknown kv_inputs {kv_inputs!r}; one of {KV_INPUTS}")
+    return kv_inputs == "per_query_head"
+
+
 # The logits node's input: every upstream node has written its activation before it, so a
 # forward that only records the nodes can stop there (hooks.forward_activations' stop_after).
 LOGITS_INPUT = "ln_final.hook_in"
@@ -48,6 +68,9 @@ LOGITS_INPUT = "ln_final.hook_in"
 
 @dataclass
 class Graph:
+    """The edge graph of a model as the bridge exposes it: ``n_kv_heads`` key and value
+    inputs per layer (``n_heads`` on an ungrouped bridge, :data:`KV_INPUTS`)."""
+
     n_layers: int
     n_heads: int
     n_kv_heads: int

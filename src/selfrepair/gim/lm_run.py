@@ -5,8 +5,11 @@ each solved task with CPR / CMD and their bootstrap intervals over the pairs
 
 The datasets are :mod:`selfrepair.tasks.mib_synth`'s, read by ``tasks.mib.load`` as
 MIB's own (its batch weighting ``mib`` and batch of 20 kept). Prompts are tokenized by the
-checkpoint's own ``tokenizer.json`` with its special tokens: Gemma-3's ``<bos>`` first,
-none on SmolLM2. A failure in one (task, method) costs only its row of ``status``.
+checkpoint's own ``tokenizer.json``, with the BOS as ``gim.bos`` says (MIB's by default:
+the tokenizer's BOS token first, Gemma-3's ``<bos>``, SmolLM2's ``<|im_start|>``), and
+the model is booted with its key and value inputs as ``gim.kv_inputs`` says (MIB's by
+default: one per query head); each localization row names both. A failure in one
+(task, method) costs only its row of ``status``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def task_rows(bridge, tokenizer, name: str, s: dict, data_dir: str) -> list[dict
         margin = float(s.get("gate_margin", lm_pairs.GATE_MARGIN))
         row = {"model": name, "task": task, "chance": mib_synth.CHANCE[task], "margin": margin}
         try:
-            data = mib.load(task, tokenizer, int(s["n_gate"]), [data_dir], split="validation")
+            data = mib.load(task, tokenizer, int(s["n_gate"]), [data_dir], split="validation", bos=s["bos"])
             ok = lm_pairs.correct(bridge, data, choice_ids(task, tokenizer, len(data)), int(s["batch_size"]))
             acc = float(ok.float().mean())
             solved, why = lm_pairs.gate(acc, row["chance"], margin)
@@ -89,7 +92,10 @@ def localize_task(bridge, graph, data, name: str, task: str, s: dict, prog):
             continue
         cpu = {"score_cpu_s": t_score, "curves_cpu_s": t_curve}
         per_method[method] = pp
-        summary.append({**head, "n_edges": graph.n_edges, **ci, **cpu})
+        first = s.get("bos_id")
+        conv = {"kv_inputs": s.get("kv_inputs", ""), "bos": s.get("bos", ""),
+                "bos_first": first is not None and int(data.clean[0, 0]) == int(first)}  # fmt: skip
+        summary.append({**head, "n_edges": graph.n_edges, **conv, **ci, **cpu})
         curves += [{**head, **r} for r in lm_pairs.curve_rows(pp, fr)]
         status.append({**head, "status": "ran", "reason": f"{len(data)} pairs", "cpu_s": t_score + t_curve})
     contrasts = lm_pairs.contrast_rows(per_method, "gim", fr, int(s["n_boot"]), int(s["boot_seed"]))
@@ -137,7 +143,8 @@ def feature_attribution(bridge, tokenizer, data, name: str, s: dict) -> tuple[li
 def settings(lms: dict, gim: dict, scale: str = "default") -> dict:
     """The settings :func:`run_lm` takes, from the ``gim.lms`` section (its ``large`` sizes
     when ``scale`` is "large") and the gim section's fractions, integration steps,
-    weighting, EActP limit and data seed (the bootstrap's seed)."""
+    weighting, EActP limit, data seed (the bootstrap's seed), key/value inputs
+    (``kv_inputs``, :data:`graph.KV_INPUTS`) and BOS (``bos``, :data:`tasks.mib.BOS_MODES`)."""
     sized = {k: lms[k] for k in ("n_eval", "n_gate", "methods", "fa_examples", "fa_methods")}
     sized.update(lms["large"] if scale == "large" else {})
     return {
@@ -146,6 +153,7 @@ def settings(lms: dict, gim: dict, scale: str = "default") -> dict:
         "methods": list(sized["methods"]), "n_boot": int(lms["n_boot"]), "boot_seed": int(gim["data_seed"]),
         "fractions": list(gim["fractions"]), "ig_steps": int(gim["ig_steps"]), "weighting": str(gim["weighting"]),
         "eactp_max_edges": int(gim["eactp_max_edges"]),
+        "kv_inputs": str(gim.get("kv_inputs", "per_query_head")), "bos": str(gim.get("bos", "mib")),
         "fa": {"n_examples": int(sized["fa_examples"]), "ig_steps": int(lms["fa_ig_steps"]),
                "methods": list(sized["fa_methods"])},
     }  # fmt: skip
@@ -157,12 +165,13 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     gim section's ``fractions``, ``ig_steps``, ``weighting``, ``eactp_max_edges``."""
     from selfrepair.core.models import folder_tokenizer, load_bridge
     from selfrepair.core.progress import Progress
-    from selfrepair.gim.graph import Graph
+    from selfrepair.gim.graph import Graph, ungroups
     from selfrepair.gim.localization import check_supported
     from selfrepair.tasks import mib
 
-    bridge = load_bridge(folder, device)
+    bridge = load_bridge(folder, device, ungroup=ungroups(s["kv_inputs"]))
     tokenizer = folder_tokenizer(str(folder), None)  # the checkpoint's own, as gim_mib reads it
+    s = {**s, "bos_id": tokenizer.bos_token_id}
     tasks = task_rows(bridge, tokenizer, name, s, str(data_dir))
     solved = [r["task"] for r in tasks if r["solved"]]
     status, summary, curves, contrasts, fa_rows = [], [], [], [], []
@@ -173,7 +182,7 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     with Progress(name, "GIM on the LM", max(1, stages), every) as prog:
         prog.watch(bridge)
         for task in solved:
-            data = mib.load(task, tokenizer, int(s["n_eval"]), [str(data_dir)], split="test")
+            data = mib.load(task, tokenizer, int(s["n_eval"]), [str(data_dir)], split="test", bos=s["bos"])
             got = localize_task(bridge, graph, data, name, task, s, prog)
             status, summary, curves, contrasts = status + got[0], summary + got[1], curves + got[2], contrasts + got[3]
             if task == "ioi" and fa_on:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from selfrepair.gim.attribute import EACTP_MAX_EDGES, exact_patching_rows, method_scores, too_large
 from selfrepair.gim.evaluate import FRACTIONS, check_ascending, cmd, cpr, faithfulness_curves, greedy_tie_spread
-from selfrepair.gim.graph import Graph, selection_rule
+from selfrepair.gim.graph import Graph, selection_rule, ungroups
 from selfrepair.gim.hooks import on_prepared
 from selfrepair.tasks.counterfactual import CounterfactualBatch
 
@@ -188,9 +188,10 @@ def check_supported(bridge) -> None:
 MIB_STATUS_COLUMNS = ["model", "dataset", "status", "reason", "folder", "identity", "dtype", "batch_size", "plan"]
 
 
-def _prepare(model: str, device: str, search_paths, dtype: str, budget: float):
+def _prepare(model: str, device: str, search_paths, dtype: str, budget: float, kv_inputs: str = "per_query_head"):
     """(bridge, tokenizer, where, shape, dtype name) of one MIB model in its precision
-    (:func:`precision.resolve`); DoesNotFit before loading when its weights alone pass
+    (:func:`precision.resolve`), its key and value inputs as ``kv_inputs`` says
+    (:data:`graph.KV_INPUTS`); DoesNotFit before loading when its weights alone pass
     the budget (``where``'s folder, identity and dtype are filled as they become known)."""
     import json
 
@@ -204,13 +205,15 @@ def _prepare(model: str, device: str, search_paths, dtype: str, budget: float):
         name = precision.resolve(dtype, config.get("model_type", ""), device)
         where.update(folder=str(folder), identity=M.model_identity(folder), dtype=name)
         shape = memory.Shape.from_config(config) if config.get("model_type") in precision.MIB_DTYPES else None
+        if shape is not None and ungroups(kv_inputs):
+            shape = shape.ungrouped()
         if shape is not None:
             need = memory.plan(
                 shape, "eap", 1, 1, name, device, _resident_embedding(config, name, device), _saved(config)
             )
             if need["total"] > budget * (1 - memory.MARGIN):
                 raise memory.DoesNotFit(memory.refusal(model, need, budget, 1, name))
-        bridge = M.load_bridge(folder, device, dtype=precision.torch_dtype(name))
+        bridge = M.load_bridge(folder, device, dtype=precision.torch_dtype(name), ungroup=ungroups(kv_inputs))
     except Exception as err:
         err.where = where  # the status rows name what was found before the failure
         raise
@@ -291,7 +294,7 @@ def _mib_pair(model, d, prepared, job):
     bridge, tokenizer, where, shape, config, graph = prepared
     row, stage = {"model": model, "dataset": d, "status": "not run", **where}, " reading the dataset"
     try:
-        data = mib.load(d, tokenizer, job["n_eval"], job["search_paths"])
+        data = mib.load(d, tokenizer, job["n_eval"], job["search_paths"], bos=job["bos"])
         M.check_context(bridge, data.clean.shape[1], f"MIB {d}'s pairs", model)
         stage = ""
         batch, plan = _pair_plan(model, shape, config, job["methods"], data, where["dtype"], job["device"],
@@ -309,7 +312,7 @@ def _mib_pair(model, d, prepared, job):
                 "MIB %s on %s failed; its status row says so and the other pairs go on", d, model
             )
         return {**row, "reason": str(err) if quiet else f"failed{stage}: {type(err).__name__}: {err}"}, [], []
-    rows = [{**r, "identity": where["identity"]} for r in rows]
+    rows = [{**r, "identity": where["identity"], "kv_inputs": job["kv_inputs"], "bos": job["bos"]} for r in rows]
     return {**row, "status": "ran", "reason": "; ".join([f"{len(data)} pairs"] + skipped)}, rows, curves
 
 
@@ -329,8 +332,13 @@ def run_mib(
     tie_orders: int = 0,
     dtype: str = "float32",
     memory_gb: float | None = None,
+    kv_inputs: str = "per_query_head",
+    bos: str = "mib",
 ):
-    """MIB's circuit localization on every (model, dataset) present locally
+    """MIB's circuit localization on every (model, dataset) present locally, each model's
+    key and value inputs as ``kv_inputs`` says (:data:`graph.KV_INPUTS`: MIB's, one per
+    query head, by default), its pairs tokenized with ``bos`` (:data:`tasks.mib.BOS_MODES`:
+    MIB's, the tokenizer's BOS first, by default)
     (``weighting``, ``tie_orders``: :func:`localize`'s), each model in ``dtype``
     (``gim.mib.dtype``: :func:`precision.resolve`), at ``batch_size`` or, for ``"auto"``,
     the largest batch whose memory plan (:mod:`selfrepair.gim.memory`) fits the budget
@@ -355,13 +363,16 @@ def run_mib(
     log = logging.getLogger(__name__)
     job = dict(n_eval=n_eval, search_paths=search_paths, methods=list(methods), batch_size=batch_size,
                ig_steps=ig_steps, fractions=fractions, device=device, eactp_max_edges=eactp_max_edges,
-               every=every, weighting=weighting, tie_orders=tie_orders)  # fmt: skip
+               every=every, weighting=weighting, tie_orders=tie_orders, bos=bos, kv_inputs=kv_inputs)  # fmt: skip
+    ungroups(kv_inputs)  # an unknown convention is refused before any model is read
     job["budget"] = memory.job_budget(device, memory_gb)
     log.info("MIB memory budget %.2f GB (%s)", job["budget"] / memory.GB, "set" if memory_gb else "measured")
     status, rows, curves = [], [], []
     for model in models:
         try:
-            bridge, tokenizer, where, shape, config = _prepare(model, device, search_paths, dtype, job["budget"])
+            bridge, tokenizer, where, shape, config = _prepare(
+                model, device, search_paths, dtype, job["budget"], kv_inputs
+            )
             log.info("MIB model %s: folder %s, identity %s, dtype %s", model, *where.values())
             check_supported(bridge)
         except M.WeightsChanged:
@@ -380,7 +391,8 @@ def run_mib(
             status.append(row)
             rows += got_rows
             curves += got_curves
-    cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty", *TIE_COLUMNS, "identity"]
+    cols = ["task", "model", "method", "n_edges", "cpr", "cmd", "m_full", "m_empty", *TIE_COLUMNS, "identity",
+            "kv_inputs", "bos"]  # fmt: skip
     return (
         pd.DataFrame(status, columns=MIB_STATUS_COLUMNS),
         pd.DataFrame(rows, columns=cols),

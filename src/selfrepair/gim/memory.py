@@ -30,7 +30,7 @@ Every component is a count of tensor elements times their size, after the buffer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from selfrepair.gim.precision import BYTES
 
@@ -76,6 +76,11 @@ class Shape:
         h, d = c["num_attention_heads"], c["hidden_size"]
         return cls(c["num_hidden_layers"], h, c.get("num_key_value_heads") or h, d, c.get("head_dim") or d // h,
                    c["intermediate_size"], c["vocab_size"], True, _tied(c), 0, c.get("model_type") in QK_NORM)  # fmt: skip
+
+    def ungrouped(self) -> Shape:
+        """The shape of the model with a key and value projection per query head
+        (``core.models.ungroup_kv``, ``gim.kv_inputs: per_query_head``)."""
+        return replace(self, n_kv_heads=self.n_heads)
 
     @property
     def n_forward(self) -> int:

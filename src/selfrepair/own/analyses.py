@@ -47,7 +47,7 @@ def edges(bridge, data, s: dict, circuits_dir) -> tuple[dict, list[str]]:
             str(s["weighting"]), int(s["tie_orders"]),
         )  # fmt: skip
         write_circuit(Path(circuits_dir) / f"{method}.json", graph, scores, method, float(s["circuit_fraction"]))
-        summaries.append(summary)
+        summaries.append({**summary, "kv_inputs": s.get("kv_inputs", ""), "bos": s.get("bos", "")})
         curves.append(curve)
         edge_rows.append(edge_table(graph, scores).assign(method=method))
     tables = {

@@ -123,13 +123,14 @@ def _several_tokens(tokenizer, texts_used: list[tuple[str, str]]) -> list[str]:
     return [f"{n} pairs have an answer or foil of several tokens: their first token is read (MIB's convention)"]
 
 
-def load_pairs(path, tokenizer, n: int, vocab_size: int | None = None):
+def load_pairs(path, tokenizer, n: int, vocab_size: int | None = None, bos: str = "tokenizer"):
     """(CounterfactualBatch of the first ``n`` usable pairs in file order, [dropped rows:
     "where: why"], usable rows, [notes]) of a dataset file or folder: every row is
     checked, so that each malformed one is named; NoPairs when no row is usable. A row
     with a word the tokenizer does not know, or (given the model's ``vocab_size``) a
     token id the model's embedding does not hold, is dropped too; the notes say when
-    answers of several tokens were cut to their first."""
+    answers of several tokens were cut to their first. ``bos``: the prompts' BOS
+    (:data:`tasks.mib.BOS_MODES`)."""
     from selfrepair.tasks import mib
 
     pairs, used, dropped, rows = [], [], [], read_rows(path)
@@ -138,7 +139,7 @@ def load_pairs(path, tokenizer, n: int, vocab_size: int | None = None):
             dropped.append(f"{where}: {row}")
             continue
         try:
-            got = mib.pair_ids(tokenizer, *(t := texts(where, row)))
+            got = mib.pair_ids(tokenizer, *(t := texts(where, row)), bos=bos)
         except ValueError as err:  # DatasetRowError, or a plain row's field
             msg = str(err)
             dropped.append(msg if msg.startswith(where.split(": row ")[0]) else f"{where}: {msg}")

@@ -20,9 +20,10 @@ from selfrepair.own.entries import STATUS_COLUMNS, TABLES, dataset_sha256, task_
 log = logging.getLogger(__name__)
 
 
-def _pairs(bridge, folder, s: dict):
+def _pairs(bridge, folder, s: dict, bos: str = "tokenizer"):
     """(CounterfactualBatch, dropped rows, usable pairs, notes) of the entry's task for this
-    model; a dataset's rows are checked against the model's embedding size."""
+    model, a dataset's prompts with the BOS ``bos`` says (:data:`tasks.mib.BOS_MODES`);
+    a dataset's rows are checked against the model's embedding size."""
     from selfrepair.core.models import check_context, folder_tokenizer
     from selfrepair.own.analyses import NotRun
     from selfrepair.own.data import load_pairs
@@ -38,7 +39,7 @@ def _pairs(bridge, folder, s: dict):
             )
     else:
         tokenizer = folder_tokenizer(str(folder), None)
-        data, dropped, n_rows, notes = load_pairs(task, tokenizer, n, vocab_size=int(bridge.cfg.d_vocab))
+        data, dropped, n_rows, notes = load_pairs(task, tokenizer, n, vocab_size=int(bridge.cfg.d_vocab), bos=bos)
         if len(tokenizer) > bridge.cfg.d_vocab:
             notes.append(f"the tokenizer has {len(tokenizer)} tokens, the model's embedding {bridge.cfg.d_vocab}")
     check_context(bridge, data.clean.shape[1], f"the pairs of {task}", s["model"])
@@ -72,6 +73,7 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
     """(tables, what ran) of analysis ``kind`` of entry settings ``s``; the model's folder
     and identity go into ``row`` as soon as it is found."""
     from selfrepair.core import models as M
+    from selfrepair.gim.graph import ungroups
     from selfrepair.own import analyses as A
 
     folder = M.resolve_local(s["model"], list(s.get("search_paths") or []))
@@ -88,9 +90,12 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
         return A.g_vs_c(model.eval(), s), "; ".join(
             [f"{s['n_eval']} sequences of {s['task']} of length {s['length']}", *record]
         )
-    bridge = M.load_bridge(folder, device, brought=True)
+    # paper C's edges under MIB's conventions (gim.kv_inputs, gim.bos); the other analyses
+    # score heads, which a key/value input per query head would not change
+    edges = kind == "edges"
+    bridge = M.load_bridge(folder, device, brought=True, ungroup=edges and ungroups(s.get("kv_inputs", "per_group")))
     _per_head(bridge)
-    data, dropped, n_rows, notes = _pairs(bridge, folder, s)
+    data, dropped, n_rows, notes = _pairs(bridge, folder, s, s.get("bos", "tokenizer") if edges else "tokenizer")
     data = data.to(device)
     for d in dropped:
         log.warning("dropped %s", d)

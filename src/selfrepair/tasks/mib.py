@@ -214,16 +214,23 @@ def answers(name: str, row) -> tuple[str, str, str, str]:
 
 
 def load(
-    name: str, tokenizer, n: int, search_paths: list[str] | None = None, split: str | None = "test"
+    name: str,
+    tokenizer,
+    n: int,
+    search_paths: list[str] | None = None,
+    split: str | None = "test",
+    bos: str = "tokenizer",
 ) -> CounterfactualBatch:
-    """Up to ``n`` aligned counterfactual pairs of MIB dataset ``name``, tokenized."""
+    """Up to ``n`` aligned counterfactual pairs of MIB dataset ``name``, tokenized (the
+    prompts' BOS as ``bos`` says, :data:`BOS_MODES`)."""
     if name not in SPECS:
         raise ValueError(f"unknown MIB dataset {name!r}; one of {sorted(SPECS)}")
+    check_bos(bos)
     rows = read_rows(resolve_dataset(name, search_paths), split)
     texts = [answers(name, row) for _, row in rows.iterrows()]  # every row's fields checked before any is used
     pairs = []
     for clean, corrupt, ans, foil in texts:
-        ids = pair_ids(tokenizer, clean, corrupt, ans, foil)
+        ids = pair_ids(tokenizer, clean, corrupt, ans, foil, bos)
         if isinstance(ids, str):
             continue
         pairs.append(ids)
@@ -245,16 +252,42 @@ def answer_tokens(tokenizer, answer: str) -> list[int]:
     return ids
 
 
-def prompt_ids(tokenizer, text: str) -> list[int]:
+# How a prompt's BOS is chosen (config gim.bos): "tokenizer", as the checkpoint's own
+# tokenizer's call gives it (Gemma-3's <bos> first, none on GPT-2 or SmolLM2); "mib", as
+# MIB's code tokenizes (its tokenize_plus asks TransformerLens for prepend_bos=True): the
+# tokenizer's BOS token first, once, whether or not its call adds one (SmolLM2:
+# <|im_start|>); a tokenizer without a BOS token gets none under either.
+BOS_MODES = ("mib", "tokenizer")
+
+
+def check_bos(bos: str) -> str:
+    """``bos`` if it is one of :data:`BOS_MODES`, else ValueError naming them."""
+    if bos not in BOS_MODES:
+        raise ValueError(f"unknown bos {bos!r}; one of {BOS_MODES}")
+    return bos
+
+
+def prompt_ids(tokenizer, text: str, bos: str = "tokenizer") -> list[int]:
     """A prompt's tokens with the special tokens the tokenizer puts before the text (a
     BOS), not those it appends after it (an EOS): the logits are read at the prompt's
-    last token, which must be the text's."""
+    last token, which must be the text's. ``bos="mib"``: the tokenizer's BOS token
+    first where its call puts none there (:data:`BOS_MODES`)."""
     ids = tokenizer(text, add_special_tokens=True)["input_ids"]
     plain = tokenizer(text, add_special_tokens=False)["input_ids"]
     for start in range(len(ids) - len(plain) + 1) if plain else ():
         if ids[start : start + len(plain)] == plain:
-            return ids[: start + len(plain)]
+            ids = ids[: start + len(plain)]
+            break
+    first = getattr(tokenizer, "bos_token_id", None)
+    if check_bos(bos) == "mib" and first is not None and ids[:1] != [first]:
+        ids = [first] + ids
     return ids
+
+
+def bos_first(tokenizer, bos: str) -> bool:
+    """Whether prompts tokenized with ``bos`` (:func:`prompt_ids`) begin with a BOS token:
+    what a results table states beside the mode."""
+    return prompt_ids(tokenizer, "When", bos)[:1] == [getattr(tokenizer, "bos_token_id", None)]
 
 
 def unknown_token(tokenizer) -> int | None:
@@ -282,13 +315,13 @@ def _unknown_words(tokenizer, text: str, unk: int) -> list[str]:
     return list(dict.fromkeys(text[s:e] for a in hits for s, e in spans if s <= a < e))
 
 
-def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str):
+def pair_ids(tokenizer, clean: str, corrupt: str, answer: str, foil: str, bos: str = "tokenizer"):
     """(clean ids, corrupt ids, answer id, foil id) of one pair by MIB's convention (the
     answers with a leading space, their first token; :func:`answer_tokens`), or why the pair cannot be used (a
     string): prompts of different token lengths, an empty answer, answer and foil alike,
     a word the tokenizer does not know (it would become the unknown token, on a
     word-level tokenizer also its padding: another pair than the one written)."""
-    c, r = prompt_ids(tokenizer, clean), prompt_ids(tokenizer, corrupt)
+    c, r = prompt_ids(tokenizer, clean, bos), prompt_ids(tokenizer, corrupt, bos)
     a, f = answer_tokens(tokenizer, answer), answer_tokens(tokenizer, foil)
     unk = unknown_token(tokenizer)
     if unk is not None:
