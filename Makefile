@@ -46,8 +46,8 @@ test-quick: env
 lint: env
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
-	$(BIN)/ruff check src scripts tests benchmarks
-	$(BIN)/ruff format --check src scripts tests benchmarks
+	$(BIN)/ruff check src scripts tests benchmarks peers
+	$(BIN)/ruff format --check src scripts tests benchmarks peers
 
 report: env
 	HF_HUB_OFFLINE=1 $(BIN)/snakemake --cores 1 --report results/report.html $(SNAKEMAKE_ARGS)

@@ -13,12 +13,18 @@
   :func:`forward_flops` (one GPT-2 forward), :func:`executed_flops` (what a call executes,
   counted by torch) and :func:`floor_ratios` (seconds against both floors);
 - :func:`write`: the CSV, and with ``--write`` its reference copy and the doc blocks
-  (:func:`merged`: a table measured a few rows at a time).
+  (:func:`merged`: a table measured a few rows at a time);
+- :func:`machine` and :func:`commit`: where and on what code a table was measured (its
+  ``machine`` and ``commit`` columns).
+
+The peers' side-by-side comparisons (peers/) take the same shape through
+peers/peer_harness.py, which imports this file.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -163,3 +169,21 @@ def write(table, args: argparse.Namespace, out=None, reference: str | None = Non
         if readme_table.main([], root):
             raise SystemExit("the documents' blocks have problems (printed above)")
     return out
+
+
+def commit() -> str:
+    """The checkout's commit, with '+changes' when the tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        )
+        return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    except OSError:
+        return ""
+
+
+def machine() -> str:
+    """The CPU's model name with its family/model numbers ('AMD EPYC (26/2)': a KVM guest
+    names Zen 3 and Zen 5 alike)."""
+    return f"{numerics.cpu_model()} ({numerics.cpu_family()})"

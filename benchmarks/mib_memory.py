@@ -100,8 +100,8 @@ def measure(args) -> list[dict]:
             rows.append({"model": name, "layers_built": info["layers_built"], "method": method, "n": args.n,
                          "batch": args.n, "positions": positions, "status": res["status"],
                          "planned_gb": round(p["total"] / 1e9, 3), "peak_rss_gb": round(res["peak_rss_gb"], 3),
-                         "ratio": round(p["total"] / 1e9 / res["peak_rss_gb"], 3), "machine": rs.machine(),
-                         "commit": rs.commit(), "plan": memory.describe(p)})  # fmt: skip
+                         "ratio": round(p["total"] / 1e9 / res["peak_rss_gb"], 3), "machine": harness.machine(),
+                         "commit": harness.commit(), "plan": memory.describe(p)})  # fmt: skip
             print(rows[-1], flush=True)
     return rows
 
@@ -128,7 +128,7 @@ def precision_rows(args) -> list[dict]:
             rows.append({"model": name, "layers_built": info["layers_built"], "method": m, "n": args.n,
                          "cpr_float32": f.cpr, "cpr_bfloat16": b.cpr, "cpr_moved": b.cpr - f.cpr,
                          "cmd_float32": f.cmd, "cmd_bfloat16": b.cmd, "cmd_moved": b.cmd - f.cmd,
-                         "commit": rs.commit()})  # fmt: skip
+                         "commit": harness.commit()})  # fmt: skip
             print(rows[-1], flush=True)
     return rows
 

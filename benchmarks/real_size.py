@@ -45,7 +45,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness, when loaded by its path (tests)
 import harness  # noqa: E402
-from harness import ROOT  # noqa: E402
+from harness import ROOT, commit, machine  # noqa: E402
 
 STAND_INS = Path.home() / ".cache" / "selfrepair" / "real_size"  # --root's default
 
@@ -325,26 +325,6 @@ def run_part(name: str, part: str, root: Path, info: dict, args) -> dict:
         weights_gb_fp32=round(info["params_real"] * 4 / 1e9, 2),
     )
     return row
-
-
-def commit() -> str:
-    """The checkout's commit, with '+changes' when the tree differs from it."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
-        )
-        return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-    except OSError:
-        return ""
-
-
-def machine() -> str:
-    """The CPU's model name with its family/model numbers ('AMD EPYC (26/2)': a KVM guest
-    names Zen 3 and Zen 5 alike)."""
-    from selfrepair.core import numerics
-
-    return f"{numerics.cpu_model()} ({numerics.cpu_family()})"
 
 
 def check_outputs(name: str, part: str, d: Path, status: pd.DataFrame) -> tuple[bool, str]:

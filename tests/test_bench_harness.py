@@ -1,7 +1,8 @@
 """benchmarks/harness.py, the shape every benchmark shares: its options, the order of
 interleaved repeats, the compute-floor arithmetic against values worked out by hand, and
 the CSV with its reference copy rendered into a doc block; that the benchmarks go
-through it, and that every benchmark command the documents and the Makefile give names a
+through it (and the peers' comparisons, through peers/peer_harness.py, which imports it),
+and that every benchmark or peers command the documents and the Makefile give names a
 script that exists and options it declares."""
 
 import ast
@@ -104,26 +105,38 @@ def test_write_with_keys_replaces_only_the_rows_measured_again(tmp_path):
     assert got.values.tolist() == [["m", "a", 1], ["n", "a", 3], ["m", "b", 9]]
 
 
-# Scripts documented as benchmarks that do not take the harness's shape, and why.
+# Scripts of benchmarks/ and peers/ that do not take the harness's shape, and why.
 OUTSIDE = {
     "harness.py": "the harness itself",
+    "peer_harness.py": "the peers' harness: benchmarks/harness.py's functions, imported",
     "fingerprint.py": "hashes of kernels and operation traces, written as JSON and compared file to file: no table",
     "gpu_bench.py": "runs on the GPU machine before the project is installed; its table is gpu_run.csv in $OUT",
     "gpu_measure.py": "gpu_bench.py's measurements and table",
-    "peer_mib_side.py": "MIB's side of peers_mib_lm.py, run by the peers' own environment (no project package there)",
+    "mib_side.py": "MIB's side of peers/mib_lm.py, run by the peers' own environment (no project package there)",
 }
+# Each folder's scripts and the harness module they call: benchmarks/ with its subfolders,
+# peers/ without peers/work/ (the peers' own clones, ignored by git)
+HARNESSES = {"benchmarks": ("harness", "**/*.py"), "peers": ("peer_harness", "*.py")}
+
+
+def harness_scripts():
+    """(script, the name of the harness module it must call) of benchmarks/ and peers/."""
+    for folder, (module, pattern) in HARNESSES.items():
+        for f in sorted((ROOT / folder).glob(pattern)):
+            if f.name not in OUTSIDE and "probe" not in f.parts:
+                yield f, module
 
 
 def test_every_benchmark_takes_the_harness_options_and_writes_through_it():
-    for f in sorted((ROOT / "benchmarks").rglob("*.py")):
-        if f.name in OUTSIDE or "probe" in f.parts:
-            continue
+    scripts = list(harness_scripts())
+    assert {f.name for f, _ in scripts} >= {"bench_heroes.py", "mib_lm.py", "coax_lm.py"}
+    for f, module in scripts:
         calls = {
             f"{n.func.value.id}.{n.func.attr}"
             for n in ast.walk(ast.parse(f.read_text()))
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
         }
-        assert {"harness.arguments", "harness.write"} <= calls, f"{f.name} does not go through benchmarks/harness.py"
+        assert {f"{module}.arguments", f"{module}.write"} <= calls, f"{f.name} does not go through {module}.py"
 
 
 def declared_options(script: Path) -> set[str]:
@@ -135,7 +148,7 @@ def declared_options(script: Path) -> set[str]:
             continue
         if n.func.attr == "add_argument":
             opts |= {a.value for a in n.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
-        elif n.func.attr == "arguments" and getattr(n.func.value, "id", "") == "harness":
+        elif n.func.attr == "arguments" and getattr(n.func.value, "id", "") in ("harness", "peer_harness"):
             kw = {k.arg: k.value for k in n.keywords}
             opts |= {"--out", "--write"}
             if not (isinstance(kw.get("threads"), ast.Constant) and kw["threads"].value is None):
@@ -146,10 +159,16 @@ def declared_options(script: Path) -> set[str]:
 
 
 def documented_benchmark_commands() -> list[tuple[str, str, list[str]]]:
-    """(where, script, words after it) of every benchmark command in a code span of
-    README.md or any page under docs/ (over line breaks) and in the Makefile's recipes."""
+    """(where, script, words after it) of every command of a script of benchmarks/ or
+    peers/ (the script's path from the root) in a code span of README.md, peers/README.md
+    or any page under docs/ (over line breaks) and in the Makefile's recipes."""
     found = []
-    sources = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "Makefile"]
+    sources = [
+        ROOT / "README.md",
+        ROOT / "peers" / "README.md",
+        *sorted((ROOT / "docs").rglob("*.md")),
+        ROOT / "Makefile",
+    ]
     for doc in sources:
         text = doc.read_text()
         fenced = re.findall(r"^\s*```[^\n]*\n(.*?)^\s*```", text, re.M | re.S)
@@ -157,17 +176,19 @@ def documented_benchmark_commands() -> list[tuple[str, str, list[str]]]:
         pieces = [line for block in fenced for line in block.splitlines()] + re.findall(r"`([^`]+)`", prose)
         pieces = text.splitlines() if doc.name == "Makefile" else pieces
         for piece in pieces:
-            for m in re.finditer(r"benchmarks/([\w/]+\.py)((?:[ \t\n]+[^\s`;|]+)*)", piece):
-                found.append((doc.name, m.group(1), m.group(2).split()))
+            for m in re.finditer(r"\b((?:benchmarks|peers)/[\w/]+\.py)((?:[ \t\n]+[^\s`;|]+)*)", piece):
+                found.append((str(doc.relative_to(ROOT)), m.group(1), m.group(2).split()))
     return found
 
 
 def test_every_documented_benchmark_command_names_a_script_and_options_it_takes():
     commands = documented_benchmark_commands()
-    assert any(script == "bench_heroes.py" and "--n" in words for _, script, words in commands)
+    for script, option in (("benchmarks/bench_heroes.py", "--n"), ("peers/mib_lm.py", "--cross"),
+                           ("peers/coax_lm.py", "--peer-repo")):  # fmt: skip
+        assert any(s == script and option in words for _, s, words in commands), f"no documented {script} {option}"
     for where, script, words in commands:
-        path = ROOT / "benchmarks" / script
-        assert path.exists(), f"{where} names benchmarks/{script}, which does not exist"
+        path = ROOT / script
+        assert path.exists(), f"{where} names {script}, which does not exist"
         opts = {w.lstrip("[").split("=")[0].rstrip("]") for w in words if w.lstrip("[").startswith("--")}
         unknown = opts - declared_options(path)
-        assert not unknown, f"{where}: benchmarks/{script} takes no {sorted(unknown)}"
+        assert not unknown, f"{where}: {script} takes no {sorted(unknown)}"

@@ -138,8 +138,15 @@ def test_both_graphs_have_the_same_edges(bridges):
 
 def test_memory_shape_ungrouped():
     shape = Shape.from_config(
-        {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 9, "num_key_value_heads": 3,
-         "hidden_size": 576, "intermediate_size": 1536, "vocab_size": 100}  # fmt: skip
+        {
+            "model_type": "llama",
+            "num_hidden_layers": 2,
+            "num_attention_heads": 9,
+            "num_key_value_heads": 3,
+            "hidden_size": 576,
+            "intermediate_size": 1536,
+            "vocab_size": 100,
+        }  # fmt: skip
     )
     assert shape.ungrouped().n_kv_heads == 9 and shape.ungrouped().n_params > shape.n_params
     assert shape.ungrouped().grad_slots - shape.grad_slots == 2 * 2 * (9 - 3)

@@ -87,6 +87,16 @@ def test_answers_are_single_tokens_and_pairs_align(tmp_path, bos):
         data = mib.load(task, tok, 40, [str(tmp_path / "d")])
         assert len(data) == 40  # every pair aligned and answer != foil
         assert bool((data.clean[:, 0] == 1).all()) == bos  # the tokenizer's own BOS, or none
+        # MIB's BOS: the tokenizer's BOS first, once, whether or not its call adds it; the
+        # same pairs otherwise, one position later
+        mib_bos = mib.load(task, tok, 40, [str(tmp_path / "d")], bos="mib")
+        assert bool((mib_bos.clean[:, 0] == 1).all()) and not bool((mib_bos.clean[:, 1] == 1).any())
+        bare = data.clean[:, 1:] if bos else data.clean
+        assert torch.equal(mib_bos.clean[:, 1:], bare) and torch.equal(mib_bos.answer, data.answer)
+        assert torch.equal(mib_bos.pos, data.pos + (0 if bos else 1))
+        assert mib.bos_first(tok, "mib") and mib.bos_first(tok, "tokenizer") == bos
+    with pytest.raises(ValueError, match="unknown bos 'prepend'"):
+        mib.load("ioi", tok, 4, [str(tmp_path / "d")], bos="prepend")
 
 
 def test_digit_answers_are_read_at_their_first_digit():
@@ -227,6 +237,9 @@ def test_gim_lm_smoke_on_a_tiny_llama(tmp_path):
         (t, m) for t in mib_synth.TASKS for m in ("eap", "gim")
     )
     assert (loc["cpr_lo"] <= loc["cpr_hi"]).all() and (loc["n_pairs"] == 4).all()
+    # MIB's conventions by default, named in each row: the tokenizer's <bos>, which its call
+    # does not add (as SmolLM2's), first
+    assert (loc["kv_inputs"] == "per_query_head").all() and (loc["bos"] == "mib").all() and loc["bos_first"].all()
     st = out["status"]
     assert st[st["method"] == "eactp"]["reason"].str.contains("eactp_max_edges 10").all()
     assert set(out["feature_attribution"]["method"]) == {"gim", "grad_x_input"}

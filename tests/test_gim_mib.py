@@ -146,10 +146,10 @@ def test_one_failing_pair_costs_its_row_not_the_others(tmp_path, monkeypatch):
     monkeypatch.setattr(localization, "localize", fails_on_mcqa)
     status, table, _ = run_mib(
         [str(short)], ["ioi", "arithmetic_addition", "copycolors_mcqa"], ["eap"], n_eval=4,
-        search_paths=[str(tmp_path / "data")], batch_size=4, fractions=(0.5, 1.0),
+        search_paths=[str(tmp_path / "data")], batch_size=4, fractions=(0.5, 1.0), bos="tokenizer",
     )  # fmt: skip
     st = status.set_index("dataset")
-    assert st.loc["ioi", "reason"] == (
+    assert st.loc["ioi", "reason"] == (  # the words alone (bos "tokenizer": the word tokenizer adds no BOS)
         f"MIB ioi's pairs are 7 tokens long, longer than {short}'s context of 6 tokens (n_ctx)"
     )
     assert st.loc["copycolors_mcqa", "reason"] == "failed: RuntimeError: simulated failure"

@@ -1,4 +1,4 @@
-"""MIB's own code beside ours on SmolLM2 (benchmarks/peers_mib_lm.py): the comparison's
+"""MIB's own code beside ours on SmolLM2 (peers/mib_lm.py): the comparison's
 arithmetic on hand-made circuit files, and the committed table kept in step with the
 page and the README. No peer environment is needed: the peers' run is the committed
 reference file."""
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import peers_mib_lm as P  # noqa: E402
+sys.path.insert(0, str(ROOT / "peers"))
+import mib_lm as P  # noqa: E402
 
 from selfrepair.tooling import peers_table, readme_table  # noqa: E402
 
@@ -109,7 +109,7 @@ def test_cross_split_sorts_each_points_difference_by_its_circuit(monkeypatch):
 
 @pytest.fixture(scope="module")
 def table():
-    assert TABLE.exists(), f"{TABLE} is committed by benchmarks/peers_mib_lm.py --write"
+    assert TABLE.exists(), f"{TABLE} is committed by peers/mib_lm.py --write"
     return pd.read_csv(TABLE)
 
 
@@ -118,7 +118,7 @@ def test_the_page_shows_the_committed_table(table):
     for name in ("", "_metrics", "_topn", "_time"):
         block = peers_table.PEERS_MIB + name
         assert f"<!-- {block}:start -->" in text, f"{PAGE.name} lacks the block {block}"
-    assert readme_table.render(text, readme_table.blocks()) == text, "stale: run benchmarks/peers_mib_lm.py --write"
+    assert readme_table.render(text, readme_table.blocks()) == text, "stale: run peers/mib_lm.py --write"
     assert set(table["method"]) >= {"eap", "eap-ig", "ifr"}
 
 

@@ -241,7 +241,10 @@ def test_snakefmt_is_clean():
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
 def test_ruff_is_clean(command):
     r = subprocess.run(
-        [str(BIN / "ruff"), *command, "src", "scripts", "tests", "benchmarks"], capture_output=True, text=True, cwd=ROOT
+        [str(BIN / "ruff"), *command, "src", "scripts", "tests", "benchmarks", "peers"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert r.returncode == 0, r.stdout + r.stderr
 

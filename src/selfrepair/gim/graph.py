@@ -41,15 +41,10 @@ def component_to_mib(c: Component) -> str:
 
 
 # ---------------------------------------------------------------- graph ----------
-# How a grouped-query model's key and value inputs enter the graph (config gim.kv_inputs):
-# "per_query_head", MIB's (its scripts switch on TransformerLens's
-# ungroup_grouped_query_attention): each query head reads its own copy of the residual as
-# key and value input, scored and patched on its own (the bridge is booted on the model
-# ungrouped, core.models.ungroup_kv); "per_group": one key and value input per key/value
-# group, shared by its heads: an edge into a head's k (v) input scores the group's input
-# divided by the group size, and a group's input stays clean when any of its heads keeps
-# the edge. Both graphs have the same edges; on a model without grouped keys and values
-# (GPT-2) they are the same graph.
+# A grouped-query model's key and value inputs (gim.kv_inputs, docs/MIB.md): "per_query_head",
+# MIB's: each query head its own input, scored and patched on its own (the model booted
+# ungrouped, core.models.ungroup_kv); "per_group": one per key/value group, an edge into a
+# head's k (v) input scoring the group's divided by the group size. The same edges.
 KV_INPUTS = ("per_query_head", "per_group")
 
 

@@ -169,6 +169,7 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     from selfrepair.gim.localization import check_supported
     from selfrepair.tasks import mib
 
+    s = {"kv_inputs": "per_query_head", "bos": "mib", **s}  # MIB's conventions unless said
     bridge = load_bridge(folder, device, ungroup=ungroups(s["kv_inputs"]))
     tokenizer = folder_tokenizer(str(folder), None)  # the checkpoint's own, as gim_mib reads it
     s = {**s, "bos_id": tokenizer.bos_token_id}

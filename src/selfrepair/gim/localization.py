@@ -335,10 +335,8 @@ def run_mib(
     kv_inputs: str = "per_query_head",
     bos: str = "mib",
 ):
-    """MIB's circuit localization on every (model, dataset) present locally, each model's
-    key and value inputs as ``kv_inputs`` says (:data:`graph.KV_INPUTS`: MIB's, one per
-    query head, by default), its pairs tokenized with ``bos`` (:data:`tasks.mib.BOS_MODES`:
-    MIB's, the tokenizer's BOS first, by default)
+    """MIB's circuit localization on every (model, dataset) present locally, with MIB's
+    key/value inputs and BOS by default (``kv_inputs``, ``bos``: docs/MIB.md)
     (``weighting``, ``tie_orders``: :func:`localize`'s), each model in ``dtype``
     (``gim.mib.dtype``: :func:`precision.resolve`), at ``batch_size`` or, for ``"auto"``,
     the largest batch whose memory plan (:mod:`selfrepair.gim.memory`) fits the budget

@@ -2,9 +2,9 @@
 their pages quote, so that a test holds each page to its committed table.
 
 - Paper B: the COAX authors' release (``results/reference/benchmark_peers_coax_lm.csv``,
-  written by benchmarks/peers_coax_lm.py; docs/results/peers-coax.md).
+  written by peers/coax_lm.py; docs/results/peers-coax.md).
 - Paper C: MIB's own code (``results/reference/benchmark_peers_mib_smollm2.csv``, written
-  by benchmarks/peers_mib_lm.py; docs/results/peers.md), one block per question
+  by peers/mib_lm.py; docs/results/peers.md), one block per question
   (agreement, CPR and CMD both ways, top-n identity per fraction, time).
 """
 

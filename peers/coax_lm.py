@@ -2,22 +2,24 @@
 real LM (default: SmolLM2-135M-Instruct, the workflow's converted folder): the same
 prompts, the same primaries (seed set), the same model bits, the same thread count.
 
-    python benchmarks/peers_coax_lm.py --peer-repo PEER --peer-python PEER_PY [--model FOLDER]
+    python peers/coax_lm.py [--peer-repo PEER] [--peer-python PEER_PY] [--model FOLDER]
         [--n-prompts 2] [--data-seed 1] [--repeats 2] [--threads 1] [--write]
 
 The peer: repository GongZhiren/Conditional-Co-Ablation at commit
 33f1f0231debd8800141be32918e05f3d2f11598 (release 2.1.0), in an environment of its own,
-its dependencies as its ``requirements-tested.txt`` pins them, with this machine's torch::
+its dependencies as its ``requirements-tested.txt`` pins them, with this machine's torch;
+set up in peers/work/ (ignored by git), where ``--peer-repo`` and ``--peer-python`` look
+by default::
 
-    git clone https://github.com/GongZhiren/Conditional-Co-Ablation PEER
-    git -C PEER checkout 33f1f0231debd8800141be32918e05f3d2f11598
-    python3 -m venv VENV && VENV/bin/pip install torch==2.13.0
-    VENV/bin/pip install torch==2.13.0 transformers==4.57.1 accelerate==1.11.0 \\
+    git clone https://github.com/GongZhiren/Conditional-Co-Ablation peers/work/Conditional-Co-Ablation
+    git -C peers/work/Conditional-Co-Ablation checkout 33f1f0231debd8800141be32918e05f3d2f11598
+    python3 -m venv peers/work/coax-venv && peers/work/coax-venv/bin/pip install torch==2.13.0
+    peers/work/coax-venv/bin/pip install torch==2.13.0 transformers==4.57.1 accelerate==1.11.0 \\
         huggingface-hub==0.36.2 numpy==2.3.3 scipy==1.16.3 scikit-learn==1.7.2 PyYAML==6.0.3
 
-``--peer-python VENV/bin/python``. Nothing of the peer's is imported here: this file runs
-itself under that interpreter with ``--peer-side`` (the release's own functions called
-on its own prompts) and reads back what it wrote.
+Nothing of the peer's is imported here: this file runs itself under the peer's
+interpreter with ``--peer-side`` (the release's own functions called on its own
+prompts) and reads back what it wrote.
 
 Ours chooses, as rule coax_lm does (:mod:`selfrepair.coax.lms`, config ``coax.lms``
 defaults): BOS or not (``bos_table``), the primaries (name movers) and the backups by
@@ -138,13 +140,12 @@ if __name__ == "__main__" and "--peer-side" in sys.argv:
 # ----------------------------------------------------------------------------------
 # Ours, and the comparison
 # ----------------------------------------------------------------------------------
-import harness  # noqa: E402
+import peer_harness  # noqa: E402
 
-NUMERICS = harness.configure()  # before torch is imported
+NUMERICS = peer_harness.configure()  # before torch is imported
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import real_size  # noqa: E402
 import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
@@ -156,7 +157,9 @@ from selfrepair.core.models import checkpoint_tokenizer, load_bridge  # noqa: E4
 from selfrepair.core.stats import roc_auc  # noqa: E402
 from selfrepair.tasks import ioi  # noqa: E402
 
-MODEL = harness.ROOT / "results" / "lms" / "smollm2-135m" / "model"
+MODEL = peer_harness.ROOT / "results" / "lms" / "smollm2-135m" / "model"
+PEER_REPO = peer_harness.CHECKOUTS / "Conditional-Co-Ablation"  # the defaults: peers/README.md
+PEER_PYTHON = peer_harness.CHECKOUTS / "coax-venv" / "bin" / "python"
 
 
 def adapted_folder(model: Path, dest: Path) -> Path:
@@ -244,7 +247,7 @@ def run_peer(args, spec: dict, work: Path, r: int) -> dict:
     """One round of the peer's side under its interpreter (one thread, niced like ours)."""
     spec = {**spec, "out": str(work / f"peer{r}.json")}
     (work / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    env = peer_harness.peer_env(args.threads)
     env.pop("PYTHONPATH", None)
     cmd = [args.peer_python, str(Path(__file__).resolve()), "--peer-side", str(work / "spec.json")]
     subprocess.run(cmd, check=True, env=env)
@@ -318,9 +321,9 @@ def table_of(args, mine, theirs, t_ours, t_peer, units, labels, meta) -> pd.Data
 
 
 def main():
-    ap = harness.arguments(__doc__, "peers_coax_lm.csv")
-    ap.add_argument("--peer-repo", required=True, help="the release's checkout (commit 33f1f02)")
-    ap.add_argument("--peer-python", required=True, help="the interpreter of the release's environment")
+    ap = peer_harness.arguments(__doc__, "peers_coax_lm.csv")
+    ap.add_argument("--peer-repo", default=str(PEER_REPO), help="the release's checkout (commit 33f1f02)")
+    ap.add_argument("--peer-python", default=str(PEER_PYTHON), help="the interpreter of the release's environment")
     ap.add_argument("--peer-commit", default=PEER_COMMIT, help="the checkout's commit when it is no git clone")
     ap.add_argument("--model", type=Path, default=MODEL)
     ap.add_argument("--n-bos", type=int, default=8)
@@ -337,7 +340,8 @@ def main():
     ap.add_argument("--check-seeds", type=int, nargs="+", default=[1, 5, 8, 15, 22])
     ap.add_argument("--check-prompts", type=int, default=96)
     args = ap.parse_args()
-    threads = harness.start(args)
+    threads = peer_harness.start(args)
+    peer_harness.need(args.peer_repo, args.peer_python)
     bridge, tok, bos, prompts, prim, back, cands = setup(args)
     units = [h.name for h in cands]
     labels = [int(h in back) for h in cands]
@@ -353,8 +357,8 @@ def main():
     meta = _meta(args, threads, bos, prim, back, cands, token_check(tok, theirs["tokens"], args.check_prompts))
     meta["data_prompts_identical"] = theirs["data_tokens"] == prompts.tokens.tolist()
     t = table_of(args, mine, theirs, t_ours, t_peer, units, labels, meta)
-    logits = _logits_row(bridge, prompts, theirs)
-    harness.write(pd.concat([pd.DataFrame([{"score": "logits", **logits}]).assign(**meta), t], ignore_index=True), args)
+    logits = pd.DataFrame([{"score": "logits", **_logits_row(bridge, prompts, theirs)}]).assign(**meta)
+    peer_harness.write(pd.concat([logits, t], ignore_index=True), args)
 
 
 def _logits_row(bridge, prompts, theirs) -> dict:
@@ -380,7 +384,7 @@ def _meta(args, threads, bos, prim, back, cands, tokens) -> dict:
         "n_candidates": len(cands), "n_backups": len(back), "backups": " ".join(h.name for h in back),
         "prompts_compared": tokens["compared"], "prompts_differ_gpt2_prompts": tokens["gpt2_prompts"],
         "prompts_differ_lm_prompts": tokens["lm_prompts"], "threads": threads, "repeats": args.repeats,
-        "machine": real_size.machine(), "commit": real_size.commit(), "peer_commit": _peer_commit(args),
+        "machine": peer_harness.machine(), "commit": peer_harness.commit(), "peer_commit": _peer_commit(args),
         "date": time.strftime("%Y-%m-%d"),
     }  # fmt: skip
 

@@ -3,20 +3,20 @@ same batch, scored and evaluated by both; equal to what tolerance, and how fast.
 
 The peers' code is MIB-circuit-track (commit b759df3) with EAP-IG (commit 7af394a, the
 commit MIB pins as its submodule) and TransformerLens 2.15.4, in an environment of its
-own; nothing of theirs is in this repository. To set it up (CPU torch, MIB's pin of
-transformers):
+own; nothing of theirs is in this repository. To set it up in peers/work/ (ignored by
+git; the default of ``--peers``), with CPU torch and MIB's pin of transformers:
 
-    git clone https://github.com/hannamw/MIB-circuit-track peers/MIB-circuit-track
-    git -C peers/MIB-circuit-track checkout b759df3
-    git clone https://github.com/hannamw/EAP-IG peers/EAP-IG && git -C peers/EAP-IG checkout 7af394a
-    python3 -m venv peers/mib-venv
-    peers/mib-venv/bin/pip install torch==2.13.0   # the CPU build; never let pip pull a CUDA one
-    peers/mib-venv/bin/pip install transformer-lens==2.15.4 transformers==4.46.3 \
+    git clone https://github.com/hannamw/MIB-circuit-track peers/work/MIB-circuit-track
+    git -C peers/work/MIB-circuit-track checkout b759df3
+    git clone https://github.com/hannamw/EAP-IG peers/work/EAP-IG && git -C peers/work/EAP-IG checkout 7af394a
+    python3 -m venv peers/work/mib-venv
+    peers/work/mib-venv/bin/pip install torch==2.13.0   # the CPU build; never let pip pull a CUDA one
+    peers/work/mib-venv/bin/pip install transformer-lens==2.15.4 transformers==4.46.3 \
         'datasets<4' 'matplotlib>=3.10.1' tabulate
 
 Then, with the project's environment:
 
-    python benchmarks/peers_mib_lm.py --peers peers --model results/lms/smollm2-135m/model \
+    python peers/mib_lm.py --model results/lms/smollm2-135m/model \
         --data results/lms/data/ioi/test.jsonl --n 2 --rounds 2 --methods eap eap-ig ifr \
         --once ifr --cross eap eap-ig --write
 
@@ -24,7 +24,7 @@ Then, with the project's environment:
 compares what an interrupted run left in ``--work``).
 
 MIB's side runs in a subprocess of the peer environment's python
-(``benchmarks/peer_mib_side.py``, which says how it adapts TransformerLens 2.15.4 to the
+(``peers/mib_side.py``, which says how it adapts TransformerLens 2.15.4 to the
 folder); ours runs in this process (``localization``'s path: ``method_scores`` with
 MIB's batch weighting, ``faithfulness_curves``), on the token ids MIB's code fed its
 model (its ``tokenize_plus`` puts the tokenizer's BOS first; our pipeline does not on
@@ -57,10 +57,8 @@ import sys
 import time
 from pathlib import Path
 
-import harness
-import real_size
+import peer_harness
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMITS = {"MIB-circuit-track": "b759df3", "EAP-IG": "7af394a", "TransformerLens": "2.15.4"}
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -258,11 +256,10 @@ def check_tokens(data, check: dict) -> None:
 
 # ---------------------------------------------------------------- the run --------
 def peer_run(a, out: Path, extra: list[str]) -> float:
-    """One run of MIB's side (``peer_mib_side.py``) in the peer environment; its load
-    average at the start."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=f"{a.peers}/EAP-IG/src:{a.peers}/MIB-circuit-track",
-               OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))  # fmt: skip
-    cmd = [str(Path(a.peers) / "mib-venv" / "bin" / "python"), str(ROOT / "benchmarks" / "peer_mib_side.py"),
+    """One run of MIB's side (``mib_side.py``) in the peer environment; its load average
+    at the start."""
+    env = peer_harness.peer_env(a.threads, PYTHONPATH=os.pathsep.join(peer_paths(a)[1:]))
+    cmd = [peer_paths(a)[0], str(Path(__file__).resolve().parent / "mib_side.py"),
            "--model", a.model, "--data", a.data, "--n", str(a.n), "--batch-size", str(a.batch_size),
            "--ig-steps", str(a.ig_steps), "--threads", str(a.threads), "--out", str(out), *extra]  # fmt: skip
     load = os.getloadavg()[0]
@@ -270,6 +267,11 @@ def peer_run(a, out: Path, extra: list[str]) -> float:
     if r.returncode:
         raise SystemExit(f"MIB's side failed:\n{r.stderr[-4000:]}")
     return load
+
+
+def peer_paths(a) -> list[str]:
+    """The peer environment's python, then its PYTHONPATH: EAP-IG's src/ and MIB's checkout."""
+    return [str(Path(a.peers) / p) for p in ("mib-venv/bin/python", "EAP-IG/src", "MIB-circuit-track")]
 
 
 def measure(a, bridge, graph, fed, work: Path):
@@ -308,7 +310,7 @@ def measure(a, bridge, graph, fed, work: Path):
 def run_meta() -> dict:
     """The machine, commit and date of a run (kept in runs.json, so that ``--analyse``
     credits the run, not the analysis)."""
-    return {"machine": real_size.machine(), "commit": real_size.commit(), "date": time.strftime("%Y-%m-%d")}
+    return {"machine": peer_harness.machine(), "commit": peer_harness.commit(), "date": time.strftime("%Y-%m-%d")}
 
 
 def method_row(m: str, a, runs: dict, bridge, fed, work: Path, n_kv: int) -> dict:
@@ -367,9 +369,11 @@ def time_columns(runs: dict, m: str, k: int, n_edges: int) -> dict:
 
 
 def parser():
-    """The command line: the harness's options and this comparison's."""
-    ap = harness.arguments(__doc__, "peers_mib_smollm2.csv")
-    ap.add_argument("--peers", required=True, help="folder with MIB-circuit-track/, EAP-IG/ and mib-venv/")
+    """The command line: the peers' harness's options and this comparison's."""
+    ap = peer_harness.arguments(__doc__, "peers_mib_smollm2.csv")
+    ap.add_argument(
+        "--peers", default=str(peer_harness.CHECKOUTS), help="MIB-circuit-track/, EAP-IG/ and mib-venv/ (peers/work)"
+    )
     ap.add_argument("--model", required=True, help="the model folder (float32 safetensors and tokenizer.json)")
     ap.add_argument("--data", required=True, help="MIB-format IOI JSONL (the test split)")
     ap.add_argument("--n", type=int, default=20, help="the first N pairs (default 20)")
@@ -384,14 +388,16 @@ def parser():
         "--cross", nargs="*", default=[], help="methods whose circuit files of ours MIB's code evaluates too"
     )
     ap.add_argument("--analyse", action="store_true", help="compare the runs already in --work (runs.json)")
-    ap.add_argument("--work", default=str(harness.BENCHMARKS / "peers_mib"), help="the runs' files")
+    ap.add_argument("--work", default=str(peer_harness.BENCHMARKS / "peers_mib"), help="the runs' files")
     return ap
 
 
 def main(argv=None):
-    harness.configure(None if argv is None else ["peers_mib_lm.py", *argv])
+    peer_harness.configure(None if argv is None else ["mib_lm.py", *argv])
     a = parser().parse_args(argv)
-    harness.start(a)
+    peer_harness.start(a)
+    if not a.analyse:
+        peer_harness.need(*peer_paths(a))
 
     import pandas as pd
     import torch
@@ -429,11 +435,11 @@ def main(argv=None):
                   batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
                   load_max=max(loads), machine=meta["machine"], model=Path(a.model).resolve().parent.name,
                   data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},
-                  commit=meta["commit"], date=meta["date"], analysis_commit=real_size.commit())  # fmt: skip
+                  commit=meta["commit"], date=meta["date"], analysis_commit=peer_harness.commit())  # fmt: skip
     methods = [m for m in a.methods if runs["theirs"].get(m)]  # the methods that ran on both sides
     rows = [{**method_row(m, a, runs, bridge, fed, work, n_kv), **common} for m in methods]
     table = pd.DataFrame(rows)
-    harness.write(table, a)
+    peer_harness.write(table, a)
     print(table[["method", "max_rel_diff", "spearman", "cpr_ours", "cpr_theirs", "wall_ratio"]].to_string())
 
 

@@ -1,9 +1,10 @@
-"""MIB's side of ``benchmarks/peers_mib_lm.py``: MIB's circuit localization, run by its own
-code, on a local Llama-architecture folder (SmolLM2-135M-Instruct) and MIB-format pairs.
+"""MIB's side of ``peers/mib_lm.py``: MIB's circuit localization, run by its own code, on
+a local Llama-architecture folder (SmolLM2-135M-Instruct) and MIB-format pairs.
 
 Runs under the peer environment's python, with MIB-circuit-track and EAP-IG on
-PYTHONPATH (``peers_mib_lm.py`` says how to set it up); it imports nothing of this
-project and is started by ``peers_mib_lm.py``, never by the workflow or the tests. It
+PYTHONPATH (``mib_lm.py`` and peers/README.md say how to set it up); it imports nothing
+of this project (not even peers/peer_harness.py) and is started by ``mib_lm.py``, never
+by the workflow or the tests. It
 follows MIB's ``run_attribution.py`` and ``run_evaluation.py``: the model through
 TransformerLens 2's ``HookedTransformer.from_pretrained`` (its default weight
 processing) with MIB's four switches (split q/k/v inputs, attention results, MLP inputs,
