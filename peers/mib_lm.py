@@ -26,10 +26,12 @@ compares what an interrupted run left in ``--work``).
 MIB's side runs in a subprocess of the peer environment's python
 (``peers/mib_side.py``, which says how it adapts TransformerLens 2.15.4 to the
 folder); ours runs in this process (``localization``'s path: ``method_scores`` with
-MIB's batch weighting, ``faithfulness_curves``), on the token ids MIB's code fed its
-model (its ``tokenize_plus`` puts the tokenizer's BOS first; our pipeline does not on
-SmolLM2, so ours is given MIB's ids, checked equal to ours after that BOS). Rounds
-alternate the two codes (ours, theirs, ours, theirs), every process at ``--threads``.
+MIB's batch weighting, ``faithfulness_curves``), on our pairs with MIB's BOS
+(``gim.bos: mib``), checked equal to the token ids MIB's code fed its model, and with our
+graph's key and value inputs as ``--kv-inputs`` says (MIB's, one per query head, by
+default: the model booted ungrouped; ``per_group``: one per key-value group, the run of
+2026-12-06). Rounds alternate the two codes (ours, theirs, ours, theirs), every process
+at ``--threads``.
 
 Per method, one row of ``--out`` (results/benchmarks/peers_mib_smollm2.csv; ``--write``
 copies it to results/reference/benchmark_peers_mib_smollm2.csv, whose block
@@ -229,17 +231,6 @@ def our_eval_of(bridge, path: Path, method: str, data, batch: int) -> tuple[floa
     return cpr(FRACTIONS, f[False]), cmd(FRACTIONS, f[True])
 
 
-def with_bos(data, bos: int):
-    """The pairs with ``bos`` first (MIB's ``tokenize_plus`` on this tokenizer)."""
-    import torch
-
-    from selfrepair.tasks.counterfactual import CounterfactualBatch
-
-    first = torch.full((len(data), 1), bos, dtype=data.clean.dtype)
-    return CounterfactualBatch(torch.cat([first, data.clean], 1), torch.cat([first, data.corrupt], 1),
-                               data.answer, data.foil, data.pos + 1)  # fmt: skip
-
-
 def check_tokens(data, check: dict) -> None:
     """MIB's token ids and labels are ours (after its BOS): ValueError otherwise."""
     for i in range(len(data)):
@@ -387,6 +378,10 @@ def parser():
     ap.add_argument(
         "--cross", nargs="*", default=[], help="methods whose circuit files of ours MIB's code evaluates too"
     )
+    ap.add_argument(
+        "--kv-inputs", default="per_query_head", choices=["per_query_head", "per_group"],
+        help="our graph's key and value inputs (gim.kv_inputs; MIB's: per_query_head)",
+    )  # fmt: skip
     ap.add_argument("--analyse", action="store_true", help="compare the runs already in --work (runs.json)")
     ap.add_argument("--work", default=str(peer_harness.BENCHMARKS / "peers_mib"), help="the runs' files")
     return ap
@@ -403,17 +398,17 @@ def main(argv=None):
     import torch
 
     from selfrepair.core.models import folder_tokenizer, load_bridge
-    from selfrepair.gim.graph import Graph
+    from selfrepair.gim.graph import Graph, ungroups
     from selfrepair.tasks import mib
 
     a.batch_size = min(a.batch_size, a.n)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    bridge = load_bridge(a.model)
+    bridge = load_bridge(a.model, ungroup=ungroups(a.kv_inputs))
     tok = folder_tokenizer(a.model)
-    data = mib.load("ioi", tok, a.n, [str(Path(a.data).parent.parent)], split=Path(a.data).stem)
+    # MIB's BOS (gim.bos: mib), as its tokenize_plus feeds the pairs; checked below
+    fed = mib.load("ioi", tok, a.n, [str(Path(a.data).parent.parent)], split=Path(a.data).stem, bos="mib")
     graph = Graph.from_bridge(bridge)
-    fed = with_bos(data, tok.bos_token_id)  # as MIB's tokenize_plus feeds them; checked below
     saved = work / "runs.json"
     if a.analyse:
         kept = json.loads(saved.read_text())
@@ -431,7 +426,7 @@ def main(argv=None):
     read_rel = float((ours_logits - theirs_logits).abs().max() / theirs_logits.abs().max())
 
     n_kv = bridge.cfg.n_key_value_heads or bridge.cfg.n_heads
-    common = dict(logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
+    common = dict(kv_inputs=a.kv_inputs, logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
                   batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
                   load_max=max(loads), machine=meta["machine"], model=Path(a.model).resolve().parent.name,
                   data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},

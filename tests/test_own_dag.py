@@ -136,12 +136,12 @@ def same(got: pd.DataFrame, want: pd.DataFrame, tmp: Path) -> None:
     pd.testing.assert_frame_equal(got, read(tmp / "want.csv"), check_exact=True)
 
 
-def pairs(wd: Path, model: str, task: str, n: int = 8):
+def pairs(wd: Path, model: str, task: str, n: int = 8, bos: str = "tokenizer"):
     from transformers import PreTrainedTokenizerFast
 
     from selfrepair.own.data import load_pairs
 
-    return load_pairs(wd / task, PreTrainedTokenizerFast.from_pretrained(str(wd / "models" / model)), n)[0]
+    return load_pairs(wd / task, PreTrainedTokenizerFast.from_pretrained(str(wd / "models" / model)), n, bos=bos)[0]
 
 
 # ---------------------------------------------------------------- quick ----------
@@ -257,14 +257,15 @@ def test_edges_equal_the_api_bit_for_bit(dag, tmp_path, name, model, task):
     from selfrepair.gim import edge_table, localize, write_circuit
 
     entry = next(e for e in yaml.safe_load((ROOT / "config" / "own.yaml").read_text())["own"] if e["name"] == name)
-    bridge, data = load_bridge(dag / "models" / model), pairs(dag, model, task)
+    # edges: MIB's conventions (gim.kv_inputs per_query_head, gim.bos mib), the defaults
+    bridge, data = load_bridge(dag / "models" / model, ungroup=True), pairs(dag, model, task, bos="mib")
     d = dag / f"results/own/{name}/edges"
     summaries, curves, edges = [], [], []
     for m in entry["methods"]:
         graph, scores, curve, summary = localize(bridge, data, m, (0.1, 0.5, 1.0), 32, 2, "example", 2)
         write_circuit(tmp_path / f"{m}.json", graph, scores, m, 0.2)
         assert (tmp_path / f"{m}.json").read_text() == (d / "circuits" / f"{m}.json").read_text(), m
-        summaries.append(summary)
+        summaries.append({**summary, "kv_inputs": "per_query_head", "bos": "mib"})
         curves.append(curve)
         edges.append(edge_table(graph, scores).assign(method=m))
     same(read(d / "localization.csv"), pd.DataFrame(summaries), tmp_path)

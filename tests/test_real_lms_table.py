@@ -73,3 +73,31 @@ def test_full_table_keeps_every_claim_and_escapes_pipes():
     md = rt.full_markdown(_claims()).splitlines()
     assert len(md) == 2 + 4
     assert md[3].startswith("| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | inconclusive | 0.2 | x/y |")
+
+
+def _rows(rows):
+    cols = ["model", "paper", "id", "measured", "ci_low", "ci_high", "verdict"]
+    return pd.DataFrame([dict(zip(cols, r)) for r in rows])
+
+
+def test_conventions_table_puts_each_claim_beside_its_earlier_measures(tmp_path):
+    now = _rows([
+        ("smollm2-135m", "gim", "lm_gim_best_cpr_ioi", 0.12, 0.02, 0.2, "holds"),
+        ("smollm2-135m", "gim", "lm_gim_needs_tsg_ioi", -0.01, -0.05, 0.03, "inconclusive"),
+        ("smollm2-135m", "coax", "lm_coax_auc_beats_baselines", 0.1, 0.0, 0.2, "holds"),  # paper B: not shown
+    ])  # fmt: skip
+    old = _rows([("smollm2-135m", "gim", "lm_gim_best_cpr_ioi", -0.047, -0.194, 0.0649, "inconclusive")])
+    md = rt.conventions_markdown(now, {"grouped": old})
+    lines = md.splitlines()
+    assert lines[0] == "| model | claim id | MIB's (per-query-head key/value, MIB's BOS) | grouped | verdict moved |"
+    assert (
+        lines[2]
+        == "| SmolLM2-135M | lm_gim_best_cpr_ioi | 0.12 [0.02, 0.2] holds | -0.047 [-0.194, 0.0649] inconclusive | yes |"
+    )
+    assert lines[3] == "| SmolLM2-135M | lm_gim_needs_tsg_ioi | -0.01 [-0.05, 0.03] inconclusive | (absent) |  |"
+    assert len(lines) == 4  # the COAX row is paper B's
+    # the block: only where the reference holds an earlier convention's file
+    now.to_csv(tmp_path / "real_lms_claims.csv", index=False)
+    assert rt.conventions_block(tmp_path) == {}
+    old.to_csv(tmp_path / "real_lms_claims_per_group.csv", index=False)
+    assert rt.conventions_block(tmp_path)["real_lms_conventions"].splitlines()[2] == lines[2]

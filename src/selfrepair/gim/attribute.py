@@ -6,9 +6,11 @@ activation patching (EActP, :mod:`selfrepair.gim.patching`) or to information fl
 :mod:`selfrepair.gim.mib_weights`). The names of those modules stay importable from here
 (``attribute.exact_edge_patching``, ``attribute.information_flow_routes``, ...).
 
-Grouped-query attention: k and v inputs belong to key/value heads. The edge
-``u->a{L}.h{H}<k>`` scores the shared input of H's group divided by the group size (so
-the edge scores still sum to the first-order total).
+Grouped-query attention (:data:`graph.KV_INPUTS`): on a bridge booted ungrouped (MIB's
+``per_query_head``, the workflow's default) every query head has its own k and v input
+and the edge ``u->a{L}.h{H}<k>`` is head H's own. On a grouped bridge (``per_group``) k
+and v inputs belong to key/value heads: the edge scores the shared input of H's group
+divided by the group size (so the edge scores still sum to the first-order total).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 metric, faithfulness at the edge fractions, CPR and CMD.
 
 Every edge outside the circuit carries its upstream node's activation on the corrupted
-input. Grouped-query attention: k and v inputs belong to key/value heads, so a group's
-k/v input keeps u's clean activation when any head of the group has the edge from u.
+input. Grouped-query attention on a grouped bridge (``gim.kv_inputs: per_group``): k and
+v inputs belong to key/value heads, so a group's k/v input keeps u's clean activation
+when any head of the group has the edge from u; on an ungrouped one (MIB's) each head's
+input is patched on its own.
 """
 
 from __future__ import annotations

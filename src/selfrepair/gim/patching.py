@@ -80,9 +80,9 @@ def exact_edge_patching(
     With one edge patched nothing upstream of v changes, so v's input just shifts by
     a_u(corrupt) - a_u(clean); the runs of all parents of one input are batched
     together (at most ``max_rows`` rows and about 2^27 logits per forward) and the
-    activations are computed once per batch. Under grouped-query attention an edge
-    into a head's k (v) input patches its group's shared input and scores that effect
-    divided by the group size (the convention of :func:`edge_scores`). With
+    activations are computed once per batch. On a grouped bridge (``gim.kv_inputs:
+    per_group``) an edge into a head's k (v) input patches its group's shared input and
+    scores that effect divided by the group size (the convention of :func:`edge_scores`). With
     post-attention norms (Gemma-2, Gemma-3) a head parent h of layer L shifts v's input by
     N_L(pre_L + r_h(corrupt) - r_h(clean)) - N_L(pre_L), pre_L the norm's clean input:
     the patching convention of :func:`evaluate.patched` (MIB's).

@@ -348,7 +348,7 @@ RENDERERS = {
 }
 
 # every block this module renders (one whose reference file is absent keeps its text)
-NAMES = ("headline", "published", *PLAIN, *RENDERERS)
+NAMES = ("headline", "published", "real_lms_conventions", *PLAIN, *RENDERERS)
 
 
 def blocks() -> dict[str, str]:
@@ -363,6 +363,7 @@ def blocks() -> dict[str, str]:
             out["headline"] += "\n" + "\n".join(real_lms_table.headline_rows(pd.read_csv(lms)))
         real = REFERENCE / "real_size.csv"
         out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
+    out.update(real_lms_table.conventions_block(REFERENCE))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():

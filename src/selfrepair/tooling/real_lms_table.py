@@ -61,6 +61,53 @@ def full_markdown(t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# paper C's claims under an earlier convention, kept beside the run's (the run's are
+# real_lms_claims.csv): file name -> what it was measured under
+CONVENTIONS = {
+    "real_lms_claims_per_group": "per-group key/value inputs, the tokenizer's BOS",
+    "real_lms_claims_tokenizer_bos": "per-query-head key/value inputs, the tokenizer's BOS",
+}
+
+
+def _cell(r) -> str:
+    ci = f" [{_v(r['ci_low'])}, {_v(r['ci_high'])}]" if _v(r["ci_low"]) else ""
+    return f"{_v(r['measured'])}{ci} {r['verdict']}".strip()
+
+
+def conventions_markdown(now: pd.DataFrame, before: dict[str, pd.DataFrame]) -> str:
+    """Paper C's real-LM claims under MIB's conventions (``now``) beside the same claims
+    under others (``before``: label -> claims table), one row per (model, claim): the
+    measured value, its interval and the verdict under each, and whether a verdict moved."""
+    now = now[now["paper"] == "gim"]
+    cols = ["model", "claim id", "MIB's (per-query-head key/value, MIB's BOS)", *before, "verdict moved"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in now.itertuples(index=False):
+        r = r._asdict()
+        cells = [MODEL_LABELS.get(r["model"], r["model"]), r["id"], _cell(r)]
+        moved = []
+        for t in before.values():
+            o = t[(t["model"] == r["model"]) & (t["id"] == r["id"])]
+            cells.append(_cell(o.iloc[0]) if len(o) else "(absent)")
+            moved.append(bool(len(o)) and o.iloc[0]["verdict"] != r["verdict"])
+        cells.append("yes" if any(moved) else "")
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def conventions_block(reference: Path) -> dict[str, str]:
+    """{"real_lms_conventions": :func:`conventions_markdown`} of the reference folder's
+    claims and the earlier conventions' (:data:`CONVENTIONS`), where the files are there."""
+    now = reference / "real_lms_claims.csv"
+    before = {
+        label: pd.read_csv(reference / f"{name}.csv")
+        for name, label in CONVENTIONS.items()
+        if (reference / f"{name}.csv").exists()
+    }
+    if not now.exists() or not before:
+        return {}
+    return {"real_lms_conventions": conventions_markdown(pd.read_csv(now), before)}
+
+
 # benchmark files of the real-LM rules, relative to benchmarks/: (path parts before the
 # model's name, file name) -> the rule that writes it
 COST_RULES = {
