@@ -14,14 +14,28 @@ git; the default of ``--peers``), with CPU torch and MIB's pin of transformers:
     peers/work/mib-venv/bin/pip install transformer-lens==2.15.4 transformers==4.46.3 \
         'datasets<4' 'matplotlib>=3.10.1' tabulate
 
+Gemma-3 postdates MIB's pins (TransformerLens 2.15.4 and transformers 4.46.3 know no
+Gemma-3); TransformerLens 2.18.0 has Gemma-3-270M among its models and needs
+transformers 4.57 or later, so its side runs in a second environment, the same peers'
+commits on PYTHONPATH:
+
+    python3 -m venv peers/work/mib-venv-tl218
+    peers/work/mib-venv-tl218/bin/pip install torch==2.13.0
+    peers/work/mib-venv-tl218/bin/pip install transformer-lens==2.18.0 transformers==4.57.6 \
+        'datasets<4' 'pyarrow<18' 'matplotlib>=3.10.1' tabulate
+
 Then, with the project's environment:
 
     python peers/mib_lm.py --model results/lms/smollm2-135m/model \
-        --data results/lms/data/ioi/test.jsonl --n 2 --rounds 2 --methods eap eap-ig ifr \
-        --once ifr --cross eap eap-ig --write
+        --data results/lms/data/ioi/test.jsonl --n 20 --rounds 1 --methods eap eap-ig ifr \
+        --cross eap eap-ig --write
+    python peers/mib_lm.py --model results/lms/gemma-3-270m/model --peer-venv mib-venv-tl218 \
+        --official google/gemma-3-270m --data results/lms/data/ioi/test.jsonl --n 20 --rounds 1 \
+        --methods eap eap-ig ifr --cross eap eap-ig --work results/benchmarks/peers_mib_gemma3 \
+        --out results/benchmarks/peers_mib_gemma3.csv
 
-(about 50 minutes on a shared 2-core machine, nearly all of it MIB's side; ``--analyse``
-compares what an interrupted run left in ``--work``).
+(docs/results/peers.md says what each took; ``--analyse`` compares what an interrupted
+run left in ``--work``).
 
 MIB's side runs in a subprocess of the peer environment's python
 (``peers/mib_side.py``, which says how it adapts TransformerLens 2.15.4 to the
@@ -245,6 +259,33 @@ def check_tokens(data, check: dict) -> None:
             raise ValueError(f"pair {i}: MIB's labels {check['labels'][i]}")
 
 
+def recover(work: Path, runs: dict, loads: list, check, meta: dict) -> tuple:
+    """What a run stopped inside MIB's side left: each method whose MIB run file
+    (``round0/<method>_run.json``) was written but is not yet in runs.json joins
+    ``runs["theirs"]``, and MIB's check.json its check. MIB's side writes a method's file
+    once its scores and curves are done, so the methods taken are whole; the load at MIB's
+    start was not recorded, so only ours' loads count."""
+    first = work / "round0"
+    if check is None and (first / "check.json").exists():
+        check = json.loads((first / "check.json").read_text())
+    for m in runs["ours"]:
+        f = first / f"{m}_run.json"
+        if not runs["theirs"].get(m) and f.exists():
+            runs["theirs"][m] = [json.loads(f.read_text())]
+            meta = {**meta, "recovered": sorted({*meta.get("recovered", []), m})}
+    return runs, loads, check, meta
+
+
+def peer_versions(check: dict) -> dict:
+    """The peers' commits and the TransformerLens (and transformers) MIB's side ran on:
+    what its check.json records, else the versions of the first runs (:data:`COMMITS`)."""
+    out = {c.lower().replace("-", "_"): v for c, v in COMMITS.items()}
+    got = check.get("versions") or {}
+    out["transformerlens"] = got.get("transformer_lens", out["transformerlens"])
+    out["transformers"] = got.get("transformers", "4.46.3")
+    return out
+
+
 # ---------------------------------------------------------------- the run --------
 def peer_run(a, out: Path, extra: list[str]) -> float:
     """One run of MIB's side (``mib_side.py``) in the peer environment; its load average
@@ -252,7 +293,8 @@ def peer_run(a, out: Path, extra: list[str]) -> float:
     env = peer_harness.peer_env(a.threads, PYTHONPATH=os.pathsep.join(peer_paths(a)[1:]))
     cmd = [peer_paths(a)[0], str(Path(__file__).resolve().parent / "mib_side.py"),
            "--model", a.model, "--data", a.data, "--n", str(a.n), "--batch-size", str(a.batch_size),
-           "--ig-steps", str(a.ig_steps), "--threads", str(a.threads), "--out", str(out), *extra]  # fmt: skip
+           "--ig-steps", str(a.ig_steps), "--threads", str(a.threads), "--out", str(out), *extra,
+           *(["--official", a.official] if a.official else [])]  # fmt: skip
     load = os.getloadavg()[0]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode:
@@ -262,7 +304,7 @@ def peer_run(a, out: Path, extra: list[str]) -> float:
 
 def peer_paths(a) -> list[str]:
     """The peer environment's python, then its PYTHONPATH: EAP-IG's src/ and MIB's checkout."""
-    return [str(Path(a.peers) / p) for p in ("mib-venv/bin/python", "EAP-IG/src", "MIB-circuit-track")]
+    return [str(Path(a.peers) / p) for p in (f"{a.peer_venv}/bin/python", "EAP-IG/src", "MIB-circuit-track")]
 
 
 def measure(a, bridge, graph, fed, work: Path):
@@ -378,6 +420,12 @@ def parser():
     ap.add_argument(
         "--cross", nargs="*", default=[], help="methods whose circuit files of ours MIB's code evaluates too"
     )
+    ap.add_argument("--peer-venv", default="mib-venv", help="the peer environment under --peers (mib-venv)")
+    ap.add_argument(
+        "--official",
+        default=None,
+        help="MIB's side loads the folder as this TransformerLens name (google/gemma-3-270m)",
+    )
     ap.add_argument(
         "--kv-inputs", default="per_query_head", choices=["per_query_head", "per_group"],
         help="our graph's key and value inputs (gim.kv_inputs; MIB's: per_query_head)",
@@ -414,7 +462,7 @@ def main(argv=None):
         kept = json.loads(saved.read_text())
         if "meta" not in kept:
             raise SystemExit(f"{saved} has no 'meta' (the run's machine, commit and date): add them by hand")
-        runs, loads, check, meta = (kept[k] for k in ("runs", "loads", "check", "meta"))
+        runs, loads, check, meta = recover(work, *(kept[k] for k in ("runs", "loads", "check", "meta")))
     else:
         runs, loads, check, meta = measure(a, bridge, graph, fed, work)
     check_tokens(fed, check)
@@ -429,7 +477,7 @@ def main(argv=None):
     common = dict(kv_inputs=a.kv_inputs, logits_rel_diff_tl_hf=logits_rel, read_logits_rel_diff_ours_tl=read_rel, n=len(fed),
                   batch_size=a.batch_size, ig_steps=a.ig_steps, threads=a.threads, load_min=min(loads),
                   load_max=max(loads), machine=meta["machine"], model=Path(a.model).resolve().parent.name,
-                  data=Path(a.data).name, **{c.lower().replace("-", "_"): v for c, v in COMMITS.items()},
+                  data=Path(a.data).name, **peer_versions(check),
                   commit=meta["commit"], date=meta["date"], analysis_commit=peer_harness.commit())  # fmt: skip
     methods = [m for m in a.methods if runs["theirs"].get(m)]  # the methods that ran on both sides
     rows = [{**method_row(m, a, runs, bridge, fed, work, n_kv), **common} for m in methods]

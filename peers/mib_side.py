@@ -71,7 +71,44 @@ def cpu_zeros():
     torch.zeros = on_cpu
 
 
-def load_model(folder: str, n_ctx: int):
+def load_official(folder: str, n_ctx: int, official: str):
+    """A model TransformerLens knows by ``official`` (Gemma-3-270M from TransformerLens
+    2.18: ``google/gemma-3-270m``), its weights the folder's, read by the environment's
+    transformers (4.57 reads Gemma-3's folder whole), its tokenizer the folder's own
+    ``tokenizer.json`` (Gemma-3's puts its ``<bos>`` first itself); nothing is fetched:
+    TransformerLens's configuration of that name is built in."""
+    import torch
+    from transformer_lens import HookedTransformer
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(folder)
+    model = HookedTransformer.from_pretrained(
+        official, hf_model=hf, tokenizer=tok, device="cpu", dtype="float32", n_ctx=n_ctx
+    )
+    return model, hf
+
+
+def mib_switches(model):
+    """MIB's run_attribution.py / run_evaluation.py's four switches."""
+    model.cfg.use_split_qkv_input = True
+    model.cfg.use_attn_result = True
+    model.cfg.use_hook_mlp_in = True
+    model.cfg.ungroup_grouped_query_attention = True
+    return model
+
+
+def versions() -> dict:
+    """The peer environment's TransformerLens and transformers."""
+    from importlib.metadata import version
+
+    return {"transformer_lens": version("transformer-lens"), "transformers": version("transformers")}
+
+
+def load_model(folder: str, n_ctx: int, official: str | None = None):
+    if official:
+        model, hf = load_official(folder, n_ctx, official)
+        return mib_switches(model), hf
     import torch
     import transformer_lens.loading_from_pretrained as loading
     from transformer_lens import HookedTransformer
@@ -97,12 +134,7 @@ def load_model(folder: str, n_ctx: int):
     ).eval()
     tok = PreTrainedTokenizerFast.from_pretrained(folder, add_bos_token=True)
     model = HookedTransformer.from_pretrained(folder, hf_model=hf, tokenizer=tok, device="cpu", dtype="float32")
-    # MIB's run_attribution.py / run_evaluation.py
-    model.cfg.use_split_qkv_input = True
-    model.cfg.use_attn_result = True
-    model.cfg.use_hook_mlp_in = True
-    model.cfg.ungroup_grouped_query_attention = True
-    return model, hf
+    return mib_switches(model), hf
 
 
 def dataset(rows: list[dict], tokenizer):
@@ -178,6 +210,9 @@ def main(argv=None):
     ap.add_argument("--methods", nargs="+", default=["eap", "eap-ig", "ifr"], choices=sorted(METHODS))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-ctx", type=int, default=2048)
+    ap.add_argument(
+        "--official", default=None, help="load as this TransformerLens model name, the weights the folder's"
+    )
     ap.add_argument("--evaluate", nargs="*", default=None, help="circuit files to evaluate (method from the stem)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -192,7 +227,7 @@ def main(argv=None):
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    model, hf = load_model(a.model, a.n_ctx)
+    model, hf = load_model(a.model, a.n_ctx, a.official)
     rows = [json.loads(line) for line in Path(a.data).read_text().splitlines() if line.strip()][: a.n]
     loader = dataset(rows, model.tokenizer).to_dataloader(batch_size=a.batch_size)
     if a.evaluate is not None:
@@ -201,7 +236,7 @@ def main(argv=None):
             res, wall, cpu = clock(lambda f=f: evaluate(model, Graph.from_json(f), loader, method == "ifr"))
             (out / f"{Path(f).stem}_eval.json").write_text(json.dumps({**res, "wall_s": wall, "cpu_s": cpu}))
         return
-    (out / "check.json").write_text(json.dumps(check(model, hf, loader)))
+    (out / "check.json").write_text(json.dumps({**check(model, hf, loader), "versions": versions()}))
     del hf
     metric = partial(get_metric("logit_diff", "ioi", model.tokenizer, model), mean=True, loss=True)
     for method in a.methods:

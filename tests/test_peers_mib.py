@@ -145,3 +145,20 @@ def test_the_pages_prose_quotes_the_tables_figures(table):
     for method, column, shown in quoted:
         value = rows.loc[method, column]
         assert shown.strip() == readme_table._fmt(float(value)), f"{method} {column}: page {shown!r}, table {value}"
+
+
+def test_recover_takes_the_methods_mib_finished_before_a_stop(tmp_path):
+    """A run stopped inside MIB's side: the methods whose MIB run file is written join
+    the comparison, with MIB's check; a method MIB never finished stays ours alone."""
+    import json
+
+    (tmp_path / "round0").mkdir()
+    (tmp_path / "round0" / "eap_run.json").write_text(json.dumps({"cpr": 1.5}))
+    (tmp_path / "round0" / "check.json").write_text(json.dumps({"clean": []}))
+    runs = {"ours": {"eap": [{"cpr": 1.4}], "ifr": [{"cpr": 0.1}]}, "theirs": {}}
+    got, loads, check, meta = P.recover(tmp_path, runs, [2.0], None, {"commit": "c"})
+    assert got["theirs"] == {"eap": [{"cpr": 1.5}]} and check == {"clean": []} and loads == [2.0]
+    assert meta == {"commit": "c", "recovered": ["eap"]}
+    # nothing to take: as it was
+    again = P.recover(tmp_path, got, loads, check, meta)
+    assert again[0]["theirs"] == {"eap": [{"cpr": 1.5}]} and again[3] == meta

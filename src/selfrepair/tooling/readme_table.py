@@ -344,7 +344,11 @@ RENDERERS = {
     "real_lms_cost": ("real_lms_cost", real_lms_table.cost_markdown),
     "benchmark_peers_coax_lm": ("benchmark_peers_coax_lm", peers_table.coax_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
-    **{name: (peers_table.PEERS_MIB, render) for name, render in peers_table.renderers(_plain).items()},
+    **{
+        name.replace(peers_table.PEERS_MIB, table): (table, render)
+        for table in peers_table.PEERS_MIB_TABLES
+        for name, render in peers_table.renderers(_plain).items()
+    },
 }
 
 # every block this module renders (one whose reference file is absent keeps its text)
