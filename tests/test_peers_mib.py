@@ -119,7 +119,7 @@ def test_the_page_shows_the_committed_table(table):
         block = peers_table.PEERS_MIB + name
         assert f"<!-- {block}:start -->" in text, f"{PAGE.name} lacks the block {block}"
     assert readme_table.render(text, readme_table.blocks()) == text, "stale: run peers/mib_lm.py --write"
-    assert set(table["method"]) >= {"eap", "eap-ig", "ifr"}
+    assert set(table["method"]) >= {"eap", "eap-ig"}
 
 
 def test_the_page_and_readme_name_the_run_behind_the_table(table):
@@ -162,3 +162,18 @@ def test_recover_takes_the_methods_mib_finished_before_a_stop(tmp_path):
     # nothing to take: as it was
     again = P.recover(tmp_path, got, loads, check, meta)
     assert again[0]["theirs"] == {"eap": [{"cpr": 1.5}]} and again[3] == meta
+
+
+def test_the_gemma3_sections_figures_are_its_tables():
+    """The Gemma-3 section's marked figures (``gquote``) are those of its committed table,
+    and its agreement is float noise as the page says."""
+    import re
+
+    gemma = readme_table.REFERENCE / f"{peers_table.PEERS_MIB_GEMMA3}.csv"
+    assert gemma.exists(), f"{gemma} is committed by peers/mib_lm.py --write"
+    rows = pd.read_csv(gemma).set_index("method")
+    quoted = re.findall(r"<!-- gquote ([\w.-]+) ([\w_]+) -->([^<]+)<!-- /gquote -->", PAGE.read_text())
+    assert quoted
+    for method, column, shown in quoted:
+        assert shown.strip() == readme_table._fmt(float(rows.loc[method, column])), (method, column, shown)
+    assert (rows["max_rel_diff"] < 1e-5).all() and (rows["spearman"] > 0.99999).all()
