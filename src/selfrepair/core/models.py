@@ -264,8 +264,8 @@ def ungroup_kv(hf):
         d = attn.head_dim
         for name in ("k_proj", "v_proj"):
             old = getattr(attn, name)
-            new = nn.Linear(old.in_features, heads * d, bias=old.bias is not None)
-            new = new.to(device=old.weight.device, dtype=old.weight.dtype)
+            w = old.weight
+            new = nn.Linear(old.in_features, heads * d, bias=old.bias is not None, device=w.device, dtype=w.dtype)
             with torch.no_grad():
                 new.weight.copy_(old.weight.view(kv, d, -1).repeat_interleave(rep, 0).reshape(heads * d, -1))
                 if old.bias is not None:
