@@ -92,9 +92,7 @@ def localize_task(bridge, graph, data, name: str, task: str, s: dict, prog):
             continue
         cpu = {"score_cpu_s": t_score, "curves_cpu_s": t_curve}
         per_method[method] = pp
-        first = s.get("bos_id")
-        conv = {"kv_inputs": s.get("kv_inputs", ""), "bos": s.get("bos", ""),
-                "bos_first": first is not None and int(data.clean[0, 0]) == int(first)}  # fmt: skip
+        conv = {k: s.get(k, "") for k in ("kv_inputs", "bos", "bos_first")}
         summary.append({**head, "n_edges": graph.n_edges, **conv, **ci, **cpu})
         curves += [{**head, **r} for r in lm_pairs.curve_rows(pp, fr)]
         status.append({**head, "status": "ran", "reason": f"{len(data)} pairs", "cpu_s": t_score + t_curve})
@@ -172,7 +170,7 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     s = {"kv_inputs": "per_query_head", "bos": "mib", **s}  # MIB's conventions unless said
     bridge = load_bridge(folder, device, ungroup=ungroups(s["kv_inputs"]))
     tokenizer = folder_tokenizer(str(folder), None)  # the checkpoint's own, as gim_mib reads it
-    s = {**s, "bos_id": tokenizer.bos_token_id}
+    s = {**s, "bos_first": mib.bos_first(tokenizer, s["bos"])}  # what each localization row states
     tasks = task_rows(bridge, tokenizer, name, s, str(data_dir))
     solved = [r["task"] for r in tasks if r["solved"]]
     status, summary, curves, contrasts, fa_rows = [], [], [], [], []
