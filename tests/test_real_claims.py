@@ -34,8 +34,8 @@ def test_bad_input():
 
 def test_table_and_counts():
     rows = [
-        R.row("m1", "coax", "a", "claim a", "0.91 (GPT-2)", 0.2, (0.1, 0.3), 4),
-        R.row("m1", "gim", "b", "claim b", "best", -0.2, (-0.3, -0.1), 100),
+        R.row("m1", "coax", "a", "claim a", "0.91 (GPT-2)", 0.2, (0.1, 0.3), 4, resampled="prompts"),
+        R.row("m1", "gim", "b", "claim b", "best", -0.2, (-0.3, -0.1), 100, resampled="pairs"),
         R.not_run("m2", "gim", "b", "claim b", "best", "weights absent"),
     ]
     t = R.table(rows)
@@ -43,6 +43,8 @@ def test_table_and_counts():
     assert t.loc[2, "note"] == "weights absent"
     c = R.counts(t)
     assert c.loc["m1"].tolist() == [1, 0, 1, 0] and c.loc["m2"].tolist() == [0, 0, 0, 1]
+    with pytest.raises(ValueError, match="resampled"):  # an interval over nothing named
+        R.row("m1", "coax", "a", "claim a", "", 0.2, (0.1, 0.3), 4)
     bad = dict(rows[0], verdict="maybe")
     with pytest.raises(ValueError, match="maybe"):
         R.table([bad])

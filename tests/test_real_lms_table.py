@@ -52,10 +52,10 @@ def test_cost_main_refuses_a_run_without_real_lm_jobs(tmp_path, capsys):
 
 def _claims():
     rows = [
-        ["smollm2-135m", "B", "lm_coax_auc_beats_baselines", "COAX beats", -0.23, -0.46, -0.06, 2, "fails", 0.1, ""],
-        ["smollm2-135m", "C", "lm_gim_best_cpr_ioi", "GIM best", -0.05, -0.19, 0.07, 20, "inconclusive", 0.2, "x|y"],
-        ["smollm2-135m", "C", "lm_gim_norm", "norm matters", 0.27, 0.12, 0.42, 20, "holds", None, ""],
-        ["gemma-3-270m", "B", "lm_coax_auc_beats_baselines", "COAX beats", None, None, None, 0, "not run", 0.1, ""],
+        ["smollm2-135m", "B", "lm_coax_auc_beats_baselines", "COAX beats", -0.23, -0.46, -0.06, 2, "heads", "fails", 0.1, ""],
+        ["smollm2-135m", "C", "lm_gim_best_cpr_ioi", "GIM best", -0.05, -0.19, 0.07, 20, "pairs", "inconclusive", 0.2, "x|y"],
+        ["smollm2-135m", "C", "lm_gim_norm", "norm matters", 0.27, 0.12, 0.42, 20, "pairs", "holds", None, ""],
+        ["gemma-3-270m", "B", "lm_coax_auc_beats_baselines", "COAX beats", None, None, None, 0, "", "not run", 0.1, ""],
     ]
     return pd.DataFrame(rows, columns=COLUMNS)
 

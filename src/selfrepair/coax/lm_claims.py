@@ -68,7 +68,8 @@ def _wake_row(model: str, wake: pd.DataFrame) -> dict:
     d = float(b.mean() - o.mean())
     se = float(np.sqrt(b.var(ddof=1) / len(b) + o.var(ddof=1) / len(o))) if len(b) > 1 and len(o) > 1 else np.nan
     note = f"mean ratio, all primaries ablated: backups {b.mean():.3f} ({len(b)}), others {o.mean():.3f} ({len(o)}); ~95% interval +-1.96 SE"
-    return R.row(model, PAPER, cid, claim, PUB["wake"], d, (d - 1.96 * se, d + 1.96 * se), len(b) + len(o), note=note)
+    return R.row(model, PAPER, cid, claim, PUB["wake"], d, (d - 1.96 * se, d + 1.96 * se), len(b) + len(o), note=note,
+                 resampled="candidate heads")
 
 
 def _seeds_row(model, cid, claim, pub, values, side, what) -> dict:
@@ -76,7 +77,8 @@ def _seeds_row(model, cid, claim, pub, values, side, what) -> dict:
         return R.not_run(model, PAPER, cid, claim, pub, "its part did not run (coax_lm's status.csv says why)")
     ci = t_interval(np.asarray(values, float))
     note = f"{what}; Student-t 95% interval over {ci['n']} prompt sets" + ("" if ci["n"] > 1 else " (one: no interval)")
-    return R.row(model, PAPER, cid, claim, pub, ci["mean"], (ci["lo"], ci["hi"]), ci["n"], side=side, note=note)
+    return R.row(model, PAPER, cid, claim, pub, ci["mean"], (ci["lo"], ci["hi"]), ci["n"], side=side, note=note,
+                 resampled="prompt sets")
 
 
 def _knockout_values(ko: pd.DataFrame) -> list[float]:
@@ -95,7 +97,8 @@ def lm_claims(model: str, tables: dict) -> list[dict]:
     else:
         g = auc_gap(sc)
         note = f"COAX minus the best of {', '.join(BASELINES)}; stratified bootstrap over {g['n']} candidate heads"
-        rows.append(R.row(model, PAPER, cid, claim, PUB["auc"], g["gap"], (g["lo"], g["hi"]), g["n"], note=note))
+        rows.append(R.row(model, PAPER, cid, claim, PUB["auc"], g["gap"], (g["lo"], g["hi"]), g["n"], note=note,
+                          resampled="candidate heads"))
     rows.append(_wake_row(model, tables.get("ioi_wake")))
     fr, ko, ind = tables.get("ioi_freeze"), tables.get("ioi_knockout"), tables.get("induction")
     rows.append(

@@ -13,6 +13,10 @@ a verdict on the claim's direction:
 * *inconclusive*: the interval straddles the threshold, or there is no interval;
 * *not run*: the measurement could not be made (the reason is the note).
 
+``n`` counts the units that were resampled for the interval, and ``resampled`` names
+them (pairs, prompts, sequences, candidate heads and truth prompts ...): the interval is
+over what varies, so a row whose measurement rests on one draw of something says so.
+
 The row also carries the published figure on the paper's own model, for comparison: a
 finding about another model, beside (never instead of) the published number.
 """
@@ -33,6 +37,7 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "n",
+    "resampled",
     "verdict",
     "published",
     "note",
@@ -69,9 +74,13 @@ def row(
     threshold: float = 0.0,
     side: str = "above",
     note: str = "",
+    resampled: str = "",
 ) -> dict:
-    """One claim tested on one model (:data:`COLUMNS`); its verdict from ``ci``."""
+    """One claim tested on one model (:data:`COLUMNS`); its verdict from ``ci``, which was
+    taken over ``n`` resampled ``resampled`` (required with an interval)."""
     lo, hi = ci
+    if _finite(lo) and _finite(hi) and not resampled:
+        raise ValueError(f"claim {cid!r}: an interval needs the name of what was resampled (resampled=)")
     return {
         "model": model,
         "paper": paper,
@@ -81,6 +90,7 @@ def row(
         "ci_low": lo,
         "ci_high": hi,
         "n": n,
+        "resampled": resampled,
         "verdict": verdict(lo, hi, threshold, side),
         "published": published,
         "note": note,

@@ -42,7 +42,7 @@ def _task_rows(model: str, task: str, c: pd.DataFrame) -> list[dict]:
         d = f"d_{metric}"
         note = f"GIM minus {r['versus']} (the strongest other), paired bootstrap over {int(r['n_pairs'])} pairs"
         rows.append(R.row(model, PAPER, cid, claim, pub, r[d], (r[f"{d}_lo"], r[f"{d}_hi"]),
-                          int(r["n_pairs"]), side=side, note=note))  # fmt: skip
+                          int(r["n_pairs"]), side=side, note=note, resampled="pairs"))  # fmt: skip
     for m, label in MODIFICATIONS.items():
         cid, claim = f"lm_gim_needs_{m.removeprefix('gim-no-')}_{task}", f"{task}: removing {label} lowers GIM's CPR"
         r = c[c["versus"] == m]
@@ -51,7 +51,8 @@ def _task_rows(model: str, task: str, c: pd.DataFrame) -> list[dict]:
             continue
         r = r.iloc[0]
         rows.append(R.row(model, PAPER, cid, claim, PUB_MODS, r["d_cpr"], (r["d_cpr_lo"], r["d_cpr_hi"]),
-                          int(r["n_pairs"]), note=f"CPR of GIM minus {m}, paired bootstrap over pairs"))  # fmt: skip
+                          int(r["n_pairs"]), note=f"CPR of GIM minus {m}, paired bootstrap over pairs",
+                          resampled="pairs"))  # fmt: skip
     return rows
 
 
@@ -67,7 +68,7 @@ def _fa_row(model: str, fa: pd.DataFrame) -> dict:
     ci = t_interval(d.to_numpy(dtype=float))
     note = f"paired over {len(d)} IOI prompts, Student-t 95% interval"
     return R.row(model, PAPER, cid, claim, PUB_FA, float(np.mean(d)) if len(d) else np.nan, (ci["lo"], ci["hi"]),
-                 len(d), note=note)  # fmt: skip
+                 len(d), note=note, resampled="prompts")  # fmt: skip
 
 
 def lm_claims(model: str, tasks: pd.DataFrame, contrasts: pd.DataFrame, fa: pd.DataFrame | None) -> list[dict]:
