@@ -72,7 +72,7 @@ def test_headline_row_counts_verdicts_and_quotes_the_key_claims():
 def test_full_table_keeps_every_claim_and_escapes_pipes():
     md = rt.full_markdown(_claims()).splitlines()
     assert len(md) == 2 + 4
-    assert md[3].startswith("| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | inconclusive | 0.2 | x/y |")
+    assert md[3].startswith("| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | pairs | inconclusive | 0.2 | x/y |")
 
 
 def _rows(rows):
