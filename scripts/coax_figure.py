@@ -11,7 +11,7 @@ from selfrepair.core import published, runtime  # noqa: E402
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 kind = smk.params.figure
 t = {k: pd.read_csv(v) for k, v in smk.input.items() if k != "claims"}
 # published values: config/published.yaml (the paper's and the authors' release 2.1.0's)

@@ -9,7 +9,7 @@ from selfrepair.core import published, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 i = smk.input
 toy = {
     "ioi_summary": pd.read_csv(i.summary),

@@ -7,6 +7,6 @@ from selfrepair.groundtruth import plots
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 plots.agreement_heatmap(pd.read_csv(smk.input.agreement), smk.output.agreement)
 plots.method_scatter(pd.read_csv(smk.input.shapley), pd.read_csv(smk.input.scores), smk.output.scatter)

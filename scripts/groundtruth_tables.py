@@ -10,7 +10,7 @@ from selfrepair.groundtruth import tables as gt
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 p = smk.params
 out = smk.output
 

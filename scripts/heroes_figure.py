@@ -6,7 +6,7 @@ from selfrepair.core import plots, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 kind = smk.params.figure
 tables = {k: pd.read_csv(v) for k, v in smk.input.items()}
 out = list(smk.output)

@@ -17,7 +17,7 @@ from selfrepair.heroes import claims
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 p = smk.params
 i = smk.input
 measured = claims.measured_claims(

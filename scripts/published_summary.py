@@ -10,7 +10,7 @@ from selfrepair.core import published, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
-runtime.check_inputs(smk)  # each table it reads is what its rule wrote (issue 50)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 table = pd.concat([pd.read_csv(f) for f in smk.input], ignore_index=True)
 table["numerics"] = smk.params.numerics  # the run's numerics mode, beside every number
 logging.info(published.summary_report(table, smk.params.strict))  # to the log, listing fragile claims
