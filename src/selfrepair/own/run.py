@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from selfrepair.core.local_files import is_gguf_path
 from selfrepair.own.entries import STATUS_COLUMNS, TABLES, dataset_sha256, task_kind
 
 log = logging.getLogger(__name__)
@@ -77,14 +78,20 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
     from selfrepair.own import analyses as A
 
     folder = M.resolve_local(s["model"], list(s.get("search_paths") or []))
+    # a .gguf's converted folder is the workflow's (rule lm_convert made it): checked at
+    # load as a packaged model's is; a folder the user brings is theirs as it is now
+    brought = not is_gguf_path(s["model"])
+    if not brought:
+        M.check_unchanged(folder)
+        M.check_provenance(folder, required=True)
     row.update(folder=str(folder), identity=M.model_identity(folder))
     log.info("model %s: folder %s, identity %s", s["model"], folder, row["identity"])
-    record = [r for r in [M.brought_record(folder)] if r]  # a copy of a workflow model: said, and analysed
+    record = [r for r in [M.brought_record(folder) if brought else ""] if r]  # a copy of a workflow model: said
     for r in record:
         log.warning("%s", r)
     if kind == "g_vs_c":
         M.check_finite(folder)
-        model = M.load_hf(folder, device, brought=True)
+        model = M.load_hf(folder, device, brought=brought)
         if type(model).__name__ != "GPT2LMHeadModel":
             raise A.NotRun(f"paper A's G and C run on a Hugging Face GPT-2; this model is a {type(model).__name__}")
         return A.g_vs_c(model.eval(), s), "; ".join(
@@ -93,7 +100,7 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
     # paper C's edges under MIB's conventions (gim.kv_inputs, gim.bos); the other analyses
     # score heads, which a key/value input per query head would not change
     edges = kind == "edges"
-    bridge = M.load_bridge(folder, device, brought=True, ungroup=edges and ungroups(s.get("kv_inputs", "per_group")))
+    bridge = M.load_bridge(folder, device, brought=brought, ungroup=edges and ungroups(s.get("kv_inputs", "per_group")))
     _per_head(bridge)
     data, dropped, n_rows, notes = _pairs(bridge, folder, s, s.get("bos", "tokenizer") if edges else "tokenizer")
     data = data.to(device)
@@ -105,7 +112,7 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
         notes += skipped
     elif kind == "shapley":
         # a GPT-2's games run on paper A's ablation engine, as rules groundtruth_* run them
-        hf = M.load_hf(folder, device, brought=True) if _model_type(folder) == "gpt2" else None
+        hf = M.load_hf(folder, device, brought=brought) if _model_type(folder) == "gpt2" else None
         tables = A.shapley(bridge, data, s, hf_model=hf)
     elif kind == "coax":
         tables, seed, used = A.coax(bridge, data, s)
