@@ -272,16 +272,20 @@ def test_own_entry_with_a_gguf_model_runs(tmp_path):
 
 def test_presence_of_a_gguf_is_the_file_not_its_folder(tmp_path, monkeypatch):
     """The real-model rules' `local` parameter: the same before and after the conversion
-    (the converted folder is their input), so a finished job does not rerun for it."""
+    (the converted folder is their input), so a finished job does not rerun for it; the
+    file's content, not its time (touched, it stays; edited, it changes)."""
     from selfrepair.core.local_files import presence
 
     monkeypatch.chdir(tmp_path)
     assert presence(["m.gguf"]) == "model m.gguf: absent"
     Path("m.gguf").write_bytes(b"GGUF")
-    st = Path("m.gguf").stat()
     before = presence(["m.gguf"])
-    assert before == f"model m.gguf: m.gguf:4:{st.st_mtime_ns}"
+    assert before == f"model m.gguf: GGUF m-{hashlib.sha256(b'GGUF').hexdigest()[:16]}"
     folder = gguf_files.converted_folder("m.gguf")
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     assert presence(["m.gguf"]) == before
+    os.utime("m.gguf", ns=(1, 1))
+    assert presence(["m.gguf"]) == before
+    Path("m.gguf").write_bytes(b"GGUF2")
+    assert presence(["m.gguf"]) == f"model m.gguf: GGUF m-{hashlib.sha256(b'GGUF2').hexdigest()[:16]}"

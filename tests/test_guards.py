@@ -206,6 +206,9 @@ def own_gguf(tiny_gguf_file, tmp_path, monkeypatch):
     shutil.copy(path, tmp_path / "models/tiny.gguf")
     folder = local_files.converted_folder("models/tiny.gguf")
     shutil.copytree(converted, folder)
+    meta = json.loads((folder / "selfrepair.json").read_text())
+    meta["source"]["file"] = str((tmp_path / "models/tiny.gguf").resolve())  # as rule lm_convert records it
+    (folder / "selfrepair.json").write_text(json.dumps(meta))
     outputs = {"scores": str(tmp_path / "scores.csv"), "status": str(tmp_path / "status.csv")}
     entry = {"name": "g", "model": "models/tiny.gguf", "task": "ioi", "n_eval": 4, "search_paths": []}
     return entry, folder, outputs
@@ -226,7 +229,8 @@ def test_an_edited_converted_gguf_folder_stops_the_analysis(own_gguf):
         run_analysis("coax", entry, outputs)
     assert f"model folder {folder} changed since it was saved: model.safetensors sha256" in str(err.value)
     assert str(err.value).endswith(
-        f"Convert it again: delete {folder} and rerun snakemake (rule lm_convert converts tiny.gguf again); "
+        f"Convert it again: delete {folder} and rerun snakemake (rule lm_convert converts "
+        f"{Path('models/tiny.gguf').resolve()} again); "
         "or undo the edit"
     )  # not "Retrain it": nothing trained it
     assert not Path(outputs["status"]).exists()  # no row saying it ran
@@ -275,3 +279,182 @@ def test_the_way_out_of_a_changed_model_folder_is_how_it_was_made():
     )
     trained = {"made_by": {"rule": "heroes_train"}}
     assert remake_fix(f, trained).startswith(f"Retrain it: delete {f} and rerun snakemake")
+
+
+# ------------------------------------------------ GGUF names, places and absences ----
+def _sha16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def test_a_gguf_name_with_braces_or_spaces_converts_under_a_name_snakemake_takes(tmp_path):
+    from selfrepair.core import local_files
+
+    for name, stem in [
+        ("model{v2}.gguf", "model_v2_"),
+        ("my model (q4).gguf", "my_model__q4_"),
+        ("a.b-c+d.gguf", "a.b-c+d"),
+    ]:
+        f = tmp_path / name
+        f.write_bytes(b"GGUF" + name.encode())
+        assert local_files.file_key(f) == f"{stem}-{_sha16(f.read_bytes())}"
+        assert not set("{} ()") & set(str(local_files.converted_folder(f, "results/lms")))
+
+
+def test_a_bare_gguf_name_is_looked_up_in_search_paths(tiny_gguf_file, tmp_path, monkeypatch):
+    """As a model folder is: <search path>/<name>; before, a bare name was 'absent'."""
+    import shutil
+
+    from selfrepair.core import local_files, models
+
+    path, converted = tiny_gguf_file
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "store").mkdir()
+    shutil.copy(path, tmp_path / "store/tiny.gguf")
+    key = f"tiny-{_sha16(path.read_bytes())}"
+    assert local_files.gguf_file("tiny.gguf", ["elsewhere", "store"]) == Path("store/tiny.gguf")
+    assert local_files.user_files(["tiny.gguf"], ["store"]) == {key: "store/tiny.gguf"}
+    assert local_files.user_files(["tiny.gguf"]) == {}  # not at the path itself
+    assert local_files.presence(["tiny.gguf"], search_paths=["store"]) == f"model tiny.gguf: GGUF {key}"
+    with pytest.raises(
+        models.ModelNotFound, match=f"tiny.gguf is a GGUF file, not yet converted.*results/lms/{key}/model"
+    ):
+        models.resolve_local("tiny.gguf", ["store"])
+    shutil.copytree(converted, tmp_path / "results/lms" / key / "model")
+    assert models.resolve_local("tiny.gguf", ["store"]) == Path("results/lms") / key / "model"
+
+
+def test_a_gguf_found_nowhere_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    from selfrepair.core import models
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(models.ModelNotFound) as err:
+        models.resolve_local("m.gguf", ["a", "b"])
+    assert str(err.value) == (
+        "GGUF file not found for 'm.gguf' (looked at m.gguf, a/m.gguf, b/m.gguf), and no folder converted from it "
+        "under results/lms: give the path of the .gguf file, or the folder that holds it in search_paths"
+    )
+
+
+def test_a_folder_named_like_a_gguf_file_is_said_to_be_a_folder(tiny_gguf_file, tmp_path):
+    """Before: "weights not found", which was not the problem."""
+    import shutil
+
+    from selfrepair.core import models
+
+    path, converted = tiny_gguf_file
+    d = tmp_path / "x.gguf"
+    d.mkdir()
+    shutil.copy(path, d / "tiny.gguf")
+    assert models.resolve_local(str(d)) == d
+    with pytest.raises(models.CorruptCheckpoint) as err:
+        models.load_hf(d)
+    assert str(err.value) == (
+        f"{d} has no config.json: not a saved model: {d} is a folder, not a GGUF file; "
+        f"name the .gguf file in it ({d / 'tiny.gguf'})"
+    )
+    # a model folder that happens to be named .gguf is a model folder
+    m = tmp_path / "y.gguf"
+    shutil.copytree(converted, m)
+    assert models.resolve_local(str(m)) == m and models.load_hf(m) is not None
+
+
+def test_a_gguf_gone_after_its_conversion_is_stood_in_for_by_its_folder(own_gguf, tmp_path):
+    """The finished results stand: the analyses' parameters and inputs are the same once the
+    file is gone (no rerun), a rerun reads the converted folder, and the parse says so."""
+    from selfrepair.core import local_files, models
+
+    entry, folder, _ = own_gguf
+    key = folder.parent.name
+    before = local_files.presence(["models/tiny.gguf"])
+    (tmp_path / "models/tiny.gguf").unlink()
+    assert local_files.presence(["models/tiny.gguf"]) == before == f"model models/tiny.gguf: GGUF {key}"
+    assert local_files.gguf_key("models/tiny.gguf") == key
+    assert local_files.user_files(["models/tiny.gguf"]) == {}  # nothing to convert
+    assert models.resolve_local("models/tiny.gguf") == folder
+    assert local_files.gone_files([("models/tiny.gguf", [], "own.0.model")]) == [
+        f"own.0.model: models/tiny.gguf is gone; {folder}, converted from it, stands in for it: the results "
+        "made from it are kept, and an analysis that reruns reads that folder (put the file back, or delete "
+        "the folder to have the analyses say it is not found)"
+    ]
+    # another file of the same name elsewhere is not this one
+    assert local_files.recorded_conversion("other/tiny.gguf") is None
+    import shutil
+
+    shutil.rmtree(folder)
+    assert local_files.presence(["models/tiny.gguf"]) == "model models/tiny.gguf: absent"
+    assert local_files.gone_files([("models/tiny.gguf", [], "own.0.model")]) == []
+
+
+@pytest.mark.slow  # runs Snakemake: lm_convert and an own: analysis on a tiny GGUF, then reruns
+def test_a_braced_gguf_name_under_a_search_path_runs_and_its_results_outlive_the_file(tmp_path):
+    """model{v2}.gguf named bare, found under the entry's search path: the DAG builds (it
+    stopped at a WildcardError), the analysis runs; the file deleted, nothing reruns and the
+    parse says what stands in for it; the converted folder edited, the forced rerun stops."""
+    import os
+    import subprocess
+
+    import pandas as pd
+    import yaml
+
+    import tiny_gguf
+    from selfrepair.core import local_files
+
+    wd = tmp_path
+    import shutil
+
+    shutil.copytree(ROOT / "config", wd / "config")
+    (wd / "models").mkdir()
+    path = tiny_gguf.write(tiny_gguf.llama(), wd / "models" / "tiny{v2}.gguf")
+    key = f"tiny_v2_-{_sha16(path.read_bytes())}"
+    assert local_files.file_key(path) == key
+    own = [{"name": "g", "model": "tiny{v2}.gguf", "search_paths": ["models"], "task": "ioi",
+            "analyses": ["coax"], "n_eval": 4}]  # fmt: skip
+    (wd / "run.yaml").write_text(yaml.safe_dump({"own": own}))
+    cmd = [
+        str(Path(sys.executable).parent / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(wd),
+        "--cores", "2", "results/own/status.csv", "--configfile", "config/config.yaml", "config/test.yaml",
+        str(wd / "run.yaml"),
+    ]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+
+    def snakemake(*extra):
+        return subprocess.run([*cmd, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+
+    r = snakemake()
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    status = pd.read_csv(wd / "results/own/status.csv")
+    assert list(status["status"]) == ["ran"] and list(status["folder"]) == [f"results/lms/{key}/model"]
+    scores = wd / "results/own/g/coax/scores.csv"
+    kept = scores.read_bytes()
+    assert len(kept) > 100
+    path.unlink()
+    r = snakemake("-n")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
+    assert f"own.0.model: tiny{{v2}}.gguf is gone; results/lms/{key}/model, converted from it, stands in" in r.stderr
+    assert scores.read_bytes() == kept
+    w = wd / "results/lms" / key / "model/model.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 1
+    w.write_bytes(bytes(data))
+    r = snakemake("--forcerun", "own_coax")
+    out = r.stdout + r.stderr + (wd / "logs/own/g/coax.log").read_text()
+    assert r.returncode != 0, out[-3000:]
+    assert f"WeightsChanged: model folder results/lms/{key}/model changed since it was saved" in out, out[-3000:]
+
+
+# ------------------------------------------------ a memory budget the config set ----
+def test_a_refusal_under_a_set_budget_names_its_key_and_the_value_that_fits():
+    from selfrepair.gim import memory
+
+    gb = memory.GB
+    plan = {"weights": 2 * gb, "activations": 1 * gb, "total": 3 * gb}
+    budget = memory.job_budget("cpu", 2.0)
+    assert budget == 2 * gb and budget.key == "gim.mib.memory_gb"
+    said = memory.refusal("m", plan, budget, 1, "bfloat16")
+    assert "the budget is 2.00 GB (set by gim.mib.memory_gb) less a 10% margin" in said
+    # 3 GB planned over the 90% the margin leaves: 3.33 GB
+    assert "Ways out: gim.mib.memory_gb: 3.33 or more (null: the device's free memory); shorter prompts" in said
+    measured = memory.refusal("m", plan, 2.0 * gb, 1, "bfloat16")
+    assert "the budget is 2.00 GB (the device's free memory at the job's start) less" in measured
+    assert "memory_gb" not in measured

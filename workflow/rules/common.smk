@@ -332,16 +332,33 @@ def own_status_files(wildcards=None):
 
 
 # ---- GGUF files (lms.smk converts them: rule lm_convert) ----------------------------
-# a user's .gguf files named where a model is (own: entries, coax.real's and gim.mib's
-# model lists) that exist here: {<stem>-<sha16>: path}
+# a user's .gguf files named where a model is (own: entries with their search paths,
+# coax.real's and gim.mib's model lists with those sections' search paths) that exist
+# here: {<stem>-<sha16>: path}
 _REAL = config["coax"].get("real", {})
-GGUF_FILES = _local_files.user_files(
-    [e.get("model", "") for e in config.get("own") or []]
-    + [_REAL.get("ioi_model", "")]
-    + list(_REAL.get("wakeup_models", []))
-    + list(_REAL.get("induction_models", []))
-    + list(config["gim"].get("mib", {}).get("models", []))
-)
+_MIB = config["gim"].get("mib", {})
+_GGUF_SEARCH = [*_REAL.get("search_paths", []), *_MIB.get("search_paths", [])]
+_GGUF_NAMED = [
+    (e.get("model", ""), e.get("search_paths") or [], f"own.{i}.model")
+    for i, e in enumerate(config.get("own") or [])
+] + [
+    (n, _GGUF_SEARCH, where)
+    for where, names in (
+        ("coax.real.ioi_model", [_REAL.get("ioi_model", "")]),
+        ("coax.real.wakeup_models", _REAL.get("wakeup_models", [])),
+        ("coax.real.induction_models", _REAL.get("induction_models", [])),
+        ("gim.mib.models", _MIB.get("models", [])),
+    )
+    for n in names
+]
+GGUF_FILES = {}
+for _name, _paths, _ in _GGUF_NAMED:
+    GGUF_FILES.update(_local_files.user_files([_name], _paths))
+if (
+    workflow.is_main_process
+):  # a file gone, its converted folder kept: said once, at parse
+    for _line in _local_files.gone_files(_GGUF_NAMED):
+        print(_line, file=_sys.stderr)
 
 
 def lm_folder(lm):
@@ -349,9 +366,15 @@ def lm_folder(lm):
     return f"{_local_files.LMS_DIR}/{lm}/model"
 
 
-def gguf_inputs(names):
-    """The converted folders of the user's GGUF files among model names (a rule's inputs)."""
-    return [lm_folder(k) for k in _local_files.user_files(names) if k in GGUF_FILES]
+def gguf_inputs(names, search_paths=None):
+    """The converted folders of the user's GGUF files among model names (a rule's inputs),
+    found as paths or under ``search_paths`` (by default coax.real's and gim.mib's); of a
+    file gone since its conversion, the folder it was converted into."""
+    paths = _GGUF_SEARCH if search_paths is None else search_paths
+    keys = [
+        _local_files.gguf_key(n, paths) for n in names if _local_files.is_gguf_path(n)
+    ]
+    return [lm_folder(k) for k in keys if k is not None]
 
 
 # ---- The packaged real LMs' analyses (coax.smk, gim.smk, published.smk) ----

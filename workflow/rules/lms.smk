@@ -14,7 +14,12 @@ LM_DIR = _local_files.LMS_DIR
 
 rule lm_convert:
     input:
-        gguf=lambda w: GGUF_FILES.get(w.lm, []),
+        # a user's file (a packaged model's comes from its package); not one whose path
+        # holds a brace, which Snakemake cannot take as an input: its folder's name holds
+        # its content's SHA-256, and the job checks the file against it
+        gguf=lambda w: [
+            f for f in [GGUF_FILES.get(w.lm)] if f and not set("{}") & set(f)
+        ],
     output:
         folder=directory(f"{LM_DIR}/{{lm}}/model"),
     log:

@@ -62,7 +62,9 @@ for _kind in _own.KINDS:
             f"own_{_kind}"
         input:
             # a .gguf model: the folder rule lm_convert converts it into
-            models=lambda w: gguf_inputs([OWN_BY_NAME[w.name]["model"]]),
+            models=lambda w: gguf_inputs(
+                [OWN_BY_NAME[w.name]["model"]], OWN_BY_NAME[w.name]["search_paths"]
+            ),
         output:
             **own_outputs(_kind),
         log:

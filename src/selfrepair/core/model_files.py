@@ -246,7 +246,13 @@ def _check_folder(folder: Path) -> None:
     if not folder.is_dir():
         raise ModelNotFound(f"model folder not found: {folder}")
     if not (folder / "config.json").exists():
-        raise CorruptCheckpoint(f"{folder} has no config.json: not a saved model")
+        hint = ""
+        if folder.suffix.lower() == ".gguf":  # a folder named like a GGUF file
+            inside = sorted(folder.glob("*.gguf"))
+            hint = f": {folder} is a folder, not a GGUF file; name the .gguf file " + (
+                f"in it ({inside[0]})" if inside else "itself"
+            )
+        raise CorruptCheckpoint(f"{folder} has no config.json: not a saved model{hint}")
     weights = list(folder.glob("*.safetensors")) + list(folder.glob("*.bin"))
     if not weights:
         raise CorruptCheckpoint(f"{folder} holds no weights (*.safetensors)")

@@ -180,20 +180,24 @@ def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> P
     """A local folder for a model: an existing path, a folder under ``search_paths``, or
     the Hugging Face cache's snapshot (:func:`local_files.find_model`); for a GGUF file,
     the folder the workflow converted it into. Never downloads; ModelNotFound otherwise."""
-    from selfrepair.core.local_files import find_model
+    from selfrepair.core.local_files import converted_folder, find_model, gguf_file, is_gguf_path
 
     found = find_model(str(name_or_path), search_paths)
-    if found is None and str(name_or_path).lower().endswith(".gguf") and Path(name_or_path).expanduser().is_file():
-        from selfrepair.core.local_files import converted_folder
-
-        want = converted_folder(Path(name_or_path).expanduser())
+    p = Path(name_or_path).expanduser()
+    where = ", ".join([str(p)] + [str(Path(b) / name_or_path) for b in search_paths or []])
+    if found is None and is_gguf_path(p):
+        f = gguf_file(p, search_paths)
+        if f is not None:
+            want = converted_folder(f)
+            raise ModelNotFound(
+                f"{name_or_path} is a GGUF file, not yet converted into a model folder: the workflow converts it "
+                f"into {want} (rule lm_convert: snakemake {want}; or gguf_files.convert in Python)"
+            )
         raise ModelNotFound(
-            f"{name_or_path} is a GGUF file, not yet converted into a model folder: the workflow converts it "
-            f"into {want} (rule lm_convert: snakemake {want}; or gguf_files.convert in Python)"
+            f"GGUF file not found for {name_or_path!r} (looked at {where}), and no folder converted from it "
+            "under results/lms: give the path of the .gguf file, or the folder that holds it in search_paths"
         )
     if found is None:
-        p = Path(name_or_path).expanduser()
-        where = ", ".join([str(p)] + [str(Path(b) / name_or_path) for b in search_paths or []])
         raise ModelNotFound(
             f"weights not found for {name_or_path!r} (looked at {where} and the local Hugging "
             "Face cache; nothing is downloaded)"

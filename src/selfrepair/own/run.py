@@ -70,6 +70,15 @@ def _model_type(folder) -> str:
     return str(json.loads((Path(folder) / "config.json").read_text()).get("model_type", ""))
 
 
+def _gone(s: dict) -> str:
+    """The row's word on a .gguf that is gone while its converted folder stands in for it."""
+    from selfrepair.core.local_files import gguf_file
+
+    if gguf_file(s["model"], s.get("search_paths")) is not None:
+        return ""
+    return f"{s['model']} is gone: analysed from the folder converted from it"
+
+
 def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[dict, str]:
     """(tables, what ran) of analysis ``kind`` of entry settings ``s``; the model's folder
     and identity go into ``row`` as soon as it is found."""
@@ -86,7 +95,7 @@ def compute(kind: str, s: dict, device: str, circuits_dir, row: dict) -> tuple[d
         M.check_provenance(folder, required=True)
     row.update(folder=str(folder), identity=M.model_identity(folder))
     log.info("model %s: folder %s, identity %s", s["model"], folder, row["identity"])
-    record = [r for r in [M.brought_record(folder) if brought else ""] if r]  # a copy of a workflow model: said
+    record = [r for r in [M.brought_record(folder) if brought else _gone(s)] if r]  # said in the row
     for r in record:
         log.warning("%s", r)
     if kind == "g_vs_c":
