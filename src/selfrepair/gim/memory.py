@@ -183,12 +183,24 @@ def available_bytes(device: str, override_gb: float | None = None) -> float:
     return float(psutil.virtual_memory().available)
 
 
-def job_budget(device: str, override_gb: float | None = None) -> float:
+class Budget(float):
+    """A job's memory budget in bytes, and the config key that set it (``key``; None: the
+    device's free memory, measured): a refusal names the key to change."""
+
+    key: str | None
+
+    def __new__(cls, value: float, key: str | None = None):
+        obj = super().__new__(cls, value)
+        obj.key = key
+        return obj
+
+
+def job_budget(device: str, override_gb: float | None = None, key: str = "gim.mib.memory_gb") -> float:
     """The whole job's budget at its start: :func:`available_bytes` plus what the job
     already holds (its process's resident memory on the CPU, torch's allocations on a
-    GPU), as the plan counts it."""
+    GPU), as the plan counts it; ``override_gb`` when set, a :class:`Budget` naming ``key``."""
     if override_gb is not None:
-        return available_bytes(device, override_gb)
+        return Budget(available_bytes(device, override_gb), key)
     if str(device).startswith("cuda"):
         import torch
 
@@ -208,7 +220,11 @@ def refusal(model: str, p: dict, budget: float, batch: int, dtype: str) -> str:
             "a device with more free memory"]  # fmt: skip
     if batch > 1:
         ways.insert(0, "gim.mib.batch_size: auto")
+    key = getattr(budget, "key", None)
+    if key:  # a budget the config set: the key, and the least value that fits this plan
+        ways.insert(0, f"{key}: {p['total'] / (1 - MARGIN) / GB:.2f} or more (null: the device's free memory)")
+    what = f"set by {key}" if key else "the device's free memory at the job's start"
     return (
         f"does not fit: {model} at batch {batch} in {dtype} is {describe(p)}; the budget is "
-        f"{budget / GB:.2f} GB less a {MARGIN:.0%} margin. Ways out: " + "; ".join(w for w in ways if w)
+        f"{budget / GB:.2f} GB ({what}) less a {MARGIN:.0%} margin. Ways out: " + "; ".join(w for w in ways if w)
     )
