@@ -149,9 +149,8 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from selfrepair.coax import baselines, lms  # noqa: E402
+from selfrepair.coax import baselines, lm_seeds, lms  # noqa: E402
 from selfrepair.coax import score as coax  # noqa: E402
-from selfrepair.core.components import head_components  # noqa: E402
 from selfrepair.core.interventions import Prefix  # noqa: E402
 from selfrepair.core.models import checkpoint_tokenizer, load_bridge  # noqa: E402
 from selfrepair.core.stats import roc_auc  # noqa: E402
@@ -185,15 +184,18 @@ def adapted_folder(model: Path, dest: Path) -> Path:
 
 def setup(args):
     """(bridge, tokenizer, BOS, the data prompts, primaries, backups, candidates), as
-    rule coax_lm chooses them with config coax.lms's default sizes."""
+    rule coax_lm chooses them with its name-mover seeding, on the release's own template
+    (ABBA, the only one its code draws; the rule alternates ABBA and BABA)."""
     bridge = load_bridge(args.model)
     tok = checkpoint_tokenizer(args.model)
     t = lms.bos_table(bridge, tok, args.n_bos, args.truth_seed)
     bos = bool(t.loc[t["chosen"], "bos"].iloc[0])
-    truth = lms.lm_prompts(tok, args.n_truth, args.truth_seed, bos, bridge)
-    prim, back, _ = lms.ioi_heads(bridge, truth, args.n_primary, args.backup_share, args.max_rows)
-    prompts = lms.lm_prompts(tok, args.n_prompts, args.data_seed, bos, bridge)
-    cands = [h for h in head_components(bridge.cfg.n_layers, bridge.cfg.n_heads) if h not in prim]
+    templates = ["ABBA"]
+    truth = lms.lm_prompts(tok, args.n_truth, args.truth_seed, bos, bridge, templates)
+    seeds, _ = lms.truth_seeds(bridge, truth, lm_seeds.template_names(len(truth), templates), args.n_primary,
+                               args.backup_share, args.max_rows, ["name_movers"])  # fmt: skip
+    prim, cands, back = seeds["name_movers"]
+    prompts = lms.lm_prompts(tok, args.n_prompts, args.data_seed, bos, bridge, templates)
     return bridge, tok, bos, prompts, prim, back, cands
 
 

@@ -23,8 +23,9 @@ rows = []
 for lm in smk.params.lms:
     if "coax" in smk.params.papers:
         folder = Path(smk.input[f"coax_{lm}"])
-        names = ("ioi_scores", "ioi_wake", "ioi_freeze", "ioi_knockout", "induction")
-        rows += coax_claims(lm, {n: t for n in names if (t := read(folder / f"{n}.csv")) is not None})
+        names = ("ioi_scores", "ioi_truth", "ioi_prompts", "induction_sequences")
+        tables = {n: t for n in names if (t := read(folder / f"{n}.csv")) is not None}
+        rows += coax_claims(lm, tables, smk.params.backup_share)
     if "gim" in smk.params.papers:
         tasks, contrasts = read(smk.input[f"gim_tasks_{lm}"]), read(smk.input[f"gim_contrasts_{lm}"])
         rows += gim_claims(lm, tasks, contrasts if contrasts is not None else pd.DataFrame(),

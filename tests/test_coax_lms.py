@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import golden_suite as G
-from selfrepair.coax import lms, name_movers
+from selfrepair.coax import lm_seeds, lms, name_movers
 from selfrepair.coax.baselines import DISCOVERY_METHODS
 from selfrepair.core.interventions import Prefix
 from selfrepair.core.models import load_bridge, save_model
@@ -154,7 +154,7 @@ def test_last_position_logits_equal_the_full_unembedding(tiny_lm):
 SMOKE = {
     "truth_seed": 5, "backup_share": 0.25, "top_r": 16, "max_rows": 64, "pruning_note": "too costly here",
     "n_bos": 4, "n_truth": 3, "n_prompts": 3, "data_seeds": [1], "induction_T": 5, "induction_prompts": 3,
-    "induction_protocol": "v2",
+    "induction_protocol": "v2", "templates": ["ABBA", "BABA"], "seedings": ["name_movers", "single_drop"],
 }  # fmt: skip
 IOI_CFG = {"n_primary": 2, "top_k": 3, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2, "amp_eps": 1e-3}
 IND_CFG = {"data_seed": 3, "ks": [2], "n_primary": 2, "n_random": 2}
@@ -171,18 +171,51 @@ def test_coax_lm_runs_every_part(tiny_lm, tmp_path):
     bos = pd.read_csv(tmp_path / "bos.csv")
     assert list(bos["bos"]) == [False, True] and int(bos["chosen"].sum()) == 1
     heads = pd.read_csv(tmp_path / "heads.csv")
-    ioi_h = heads[heads.task == "ioi"]
     n_heads = {"llama": 8, "gemma3": 4}[name]  # 2 layers of 4 heads; 2 of 2
-    assert len(ioi_h) == n_heads and int((ioi_h.role == "primary").sum()) == 2
-    # the candidates' quarter, rounded, at least 1 (llama: 2 of 6; gemma3: 1 of 2), beta > 0
-    back = ioi_h[ioi_h.role == "backup"]
-    assert len(back) <= {"llama": 2, "gemma3": 1}[name] and (back.beta > 0).all()
+    for seeding in ("name_movers", "single_drop"):
+        ioi_h = heads[(heads.task == "ioi") & (heads.seeding == seeding)]
+        assert len(ioi_h) == n_heads and int((ioi_h.role == "primary").sum()) == 2
+        # candidates: the heads after the earliest primary's layer; the others are upstream
+        first = min(int(u[1]) for u in ioi_h.loc[ioi_h.role == "primary", "unit"])
+        layer = ioi_h["unit"].str[1].astype(int)
+        assert set(ioi_h.loc[(layer <= first) & (ioi_h.role != "primary"), "role"]) <= {"upstream"}
+        n_cand = int(((layer > first) & (ioi_h.role != "primary")).sum())
+        # the candidates' quarter, rounded, at least 1, beta > 0
+        back = ioi_h[ioi_h.role == "backup"]
+        assert len(back) <= max(1, round(0.25 * n_cand)) and (back.beta > 0).all()
+        if seeding == "single_drop":  # the primaries: the largest mean single drops
+            assert set(ioi_h.nlargest(2, "drop")["unit"]) == set(ioi_h.loc[ioi_h.role == "primary", "unit"])
+        # the backups again from the per-prompt matrix of ioi_truth: the same
+        truth = pd.read_csv(tmp_path / "ioi_truth.csv")
+        mat, units, tmpl = lm_seeds.matrix_from_table(truth[truth.seeding == seeding])
+        assert len(units) == n_cand and list(tmpl) == ["ABBA", "BABA", "ABBA"]
+        again = lm_seeds.backups_from(mat, units, 0.25)
+        assert set(again.loc[again.backup, "unit"]) == set(back["unit"])
     disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
-    assert list(disc["method"]) == list(DISCOVERY_METHODS)
+    for _, d in disc.groupby("seeding"):
+        assert list(d["method"]) == list(DISCOVERY_METHODS)
     assert (disc["ground_truth"] == "conditional ablation on this model (no documented circuit)").all()
-    for f in ("ioi_summary", "ioi_wake", "ioi_freeze", "ioi_knockout", "induction"):
+    for f in ("ioi_summary", "ioi_wake", "ioi_freeze", "ioi_knockout", "induction", "seeds_stability"):
         assert len(pd.read_csv(tmp_path / f"{f}.csv")) > 0, f
     assert int((heads.task == "induction").sum()) == n_heads
+    # the per-prompt table against run_ioi's own means (another code path): the intact and
+    # primaries-ablated logit differences of knockout, and freezing's drops
+    pr, ko = pd.read_csv(tmp_path / "ioi_prompts.csv"), pd.read_csv(tmp_path / "ioi_knockout.csv")
+    fr = pd.read_csv(tmp_path / "ioi_freeze.csv")
+    for seeding, p in pr.groupby("seeding"):
+        k = ko[ko.seeding == seeding].set_index("set")
+        assert p["ld_clean"].mean() == pytest.approx(k.loc["clean", "logit_diff"], abs=1e-5)
+        assert p["ld_primaries"].mean() == pytest.approx(k.loc["primaries", "logit_diff"], abs=1e-5)
+        assert p["ld_primaries_coax"].mean() == pytest.approx(k.loc["primaries+coax", "logit_diff"], abs=1e-5)
+        f = fr[fr.seeding == seeding].iloc[0]
+        assert (p["ld_clean"] - p["ld_frozen_backups"]).mean() == pytest.approx(f["drop_backups_frozen"], abs=1e-5)
+        assert (p["ld_clean"] - p["ld_frozen_all"]).mean() == pytest.approx(f["drop_all_frozen"], abs=1e-5)
+    # induction per sequence: its means are induction.csv's drops
+    seq, ind = pd.read_csv(tmp_path / "induction_sequences.csv"), pd.read_csv(tmp_path / "induction.csv")
+    for k, g in seq.groupby("k"):
+        r = ind[ind.k == k].iloc[0]
+        assert g["drop_coax"].mean() == pytest.approx(r["drop_coax"], abs=1e-5)
+        assert g["drop_random"].mean() == pytest.approx(r["drop_random"], abs=1e-5)
 
 
 def test_a_failing_part_costs_its_row_only(tiny_lm, tmp_path):

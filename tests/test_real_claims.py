@@ -57,8 +57,8 @@ def _contrasts(task="ioi"):
     rows = [
         ("eap", 0.30, 0.10, 0.50, -0.010, -0.020, -0.001),
         ("eap-ig", -0.05, -0.20, 0.10, 0.002, -0.004, 0.008),  # the strongest other by CPR and by CMD
-        ("gim-no-tsg", 0.40, 0.20, 0.60, 0.0, 0.0, 0.0),
-        ("gim-no-ln", -0.30, -0.50, -0.10, 0.0, 0.0, 0.0),
+        ("gim-no-tsg", 0.40, 0.20, 0.60, 0.03, 0.01, 0.05),  # CPR: GIM needs TSG; CMD: GIM's is higher
+        ("gim-no-ln", -0.30, -0.50, -0.10, -0.02, -0.04, -0.005),  # CPR: the freeze hurts; CMD: it helps
     ]
     cols = ["versus", "d_cpr", "d_cpr_lo", "d_cpr_hi", "d_cmd", "d_cmd_lo", "d_cmd_hi"]
     t = pd.DataFrame(rows, columns=cols)
@@ -73,9 +73,11 @@ def test_gim_lm_claims_from_hand_made_tables():
     tasks = pd.DataFrame({"task": ["ioi", "copycolors_mcqa"], "solved": [True, False]})
     fa = pd.DataFrame(
         {
-            "example": [0, 0, 1, 1, 2, 2],
-            "method": ["gim", "grad_x_input"] * 3,
-            "comprehensiveness": [0.5, 0.2, 0.6, 0.4, 0.7, 0.3],  # differences 0.3, 0.2, 0.4
+            "example": [0, 0, 1, 1, 2, 2, 3, 3],
+            "method": ["gim", "grad_x_input"] * 4,
+            "comprehensiveness": [0.5, 0.2, 0.6, 0.4, 0.7, 0.3, 90.0, 10.0],  # differences 0.3, 0.2, 0.4 (80)
+            "comprehensiveness_prob": [0.9, 0.5, 0.5, 0.6, 0.4, 0.2, 0.0, 0.0],  # 0.4, -0.1, 0.2 (0)
+            "correct": [True, True, True, True, True, True, False, False],  # prompt 3 not answered: left out
         }
     )
     t = R.table(lm_claims("m", tasks, _contrasts(), fa)).set_index("id")
@@ -87,57 +89,136 @@ def test_gim_lm_claims_from_hand_made_tables():
     assert t.loc["lm_gim_needs_tsg_ioi", "verdict"] == "holds"
     assert t.loc["lm_gim_needs_ln_ioi", "verdict"] == "fails"
     assert t.loc["lm_gim_needs_norm_ioi", "verdict"] == "not run"
+    # CMD, lower is better: d_cmd = GIM's minus the ablation's; below 0 means removing it raises CMD
+    tsg_cmd, ln_cmd = t.loc["lm_gim_needs_tsg_cmd_ioi"], t.loc["lm_gim_needs_ln_cmd_ioi"]
+    assert tsg_cmd["measured"] == 0.03 and tsg_cmd["verdict"] == "fails"  # [0.01, 0.05]: removing TSG lowers CMD
+    assert ln_cmd["measured"] == -0.02 and ln_cmd["verdict"] == "holds"  # [-0.04, -0.005]: removing it raises CMD
+    assert (ln_cmd["ci_low"], ln_cmd["ci_high"], ln_cmd["resampled"]) == (-0.04, -0.005, "pairs")
+    assert t.loc["lm_gim_needs_norm_cmd_ioi", "verdict"] == "not run"
     fa_row = t.loc["lm_gim_fa_comprehensiveness"]
-    # mean 0.3, sd 0.1, t_{0.975, 2} = 4.302653: half width 0.3 * ... = 4.302653 * 0.1 / sqrt(3)
+    # the 3 answered prompts: mean 0.3, sd 0.1, t_{0.975, 2} = 4.302653: half width 4.302653 * 0.1 / sqrt(3)
     assert fa_row["measured"] == pytest.approx(0.3)
     assert fa_row["ci_low"] == pytest.approx(0.3 - 4.302653 * 0.1 / 3**0.5, rel=1e-5)
-    assert fa_row["verdict"] == "holds" and fa_row["n"] == 3
+    assert fa_row["verdict"] == "holds" and fa_row["n"] == 3 and fa_row["resampled"] == "prompts"
+    assert "3 of 4 IOI prompts" in fa_row["note"]
+    prob = t.loc["lm_gim_fa_comprehensiveness_prob"]
+    # 0.4, -0.1, 0.2: mean 0.5 / 3, sd sqrt(((0.4-m)^2 + (-0.1-m)^2 + (0.2-m)^2) / 2) = 0.2516611
+    assert prob["measured"] == pytest.approx(0.5 / 3)
+    assert prob["ci_high"] == pytest.approx(0.5 / 3 + 4.302653 * 0.2516611 / 3**0.5, rel=1e-5)
+    assert prob["verdict"] == "inconclusive" and prob["n"] == 3
+    with pytest.raises(ValueError, match="correct"):  # a table from before the answered column
+        lm_claims("m", tasks, _contrasts(), fa.drop(columns="correct"))
+
+
+def _truth(betas, seeding="name_movers"):
+    """ioi_truth for candidates L0H0.. whose conditional effect on each truth prompt is
+    ``betas[u][prompt]``: intact 5, primaries 4, each candidate alone 5 (single 0), with
+    the primaries 4 - beta; the prompts alternate ABBA and BABA."""
+    import numpy as np
+
+    from selfrepair.coax import lm_seeds
+
+    b = np.asarray(betas, float)
+    n, k = b.shape
+    mat = np.vstack([np.full(k, 5.0), np.full(k, 4.0), np.full((n, k), 5.0), 4.0 - b])
+    return lm_seeds.matrix_table(mat, [f"L0H{i}" for i in range(n)], lm_seeds.template_names(k), seeding)
+
+
+def _scores():
+    import pandas as pd
+
+    # 6 candidates, the backups L0H0 and L0H1; COAX (comp) ranks both first: AUC 1. Single
+    # ablation puts one first and one last: AUC 4/8; AtP 7/8 (the best baseline), EAP-IG
+    # and AtP* 0. Wake-up ratios: backups 1.3 and 1.1, the others 1.0, 1.0, 0.9, 1.1
+    return pd.DataFrame(
+        {
+            "seeding": "name_movers",
+            "data_seed": 1,
+            "unit": [f"L0H{i}" for i in range(6)],
+            "comp": [6, 5, 4, 3, 2, 1],
+            "single": [6, 0, 5, 4, 3, 2],
+            "atp": [6, 3.5, 5, 3, 2, 1],
+            "eap_ig": [1, 0, 6, 5, 4, 3],
+            "atp_star": [1, 0, 6, 5, 4, 3],
+            "wake": [1.3, 1.1, 1.0, 1.0, 0.9, 1.1],
+        }
+    )
+
+
+def _prompts():
+    import pandas as pd
+
+    # 4 scored prompts: intact 3; the primaries ablated 2, 2, 1, 1 (drops 1, 1, 2, 2: mean
+    # 1.5); COAX's set too: 1 lower each (knockout 1 on every prompt); every candidate
+    # frozen: 0 (repair = 2, 2, 1, 1 - 0: mean 1.5); the backups frozen: 4/3, 4/3, 2/3,
+    # 2/3 (a third of each prompt's repair removed: the share of means is 1/3 on any resample)
+    return pd.DataFrame(
+        {
+            "seeding": "name_movers",
+            "data_seed": 1,
+            "prompt": range(4),
+            "template": ["ABBA", "BABA"] * 2,
+            "ld_clean": 3.0,
+            "ld_primaries": [2.0, 2.0, 1.0, 1.0],
+            "ld_primaries_coax": [1.0, 1.0, 0.0, 0.0],
+            "ld_primaries_ground_truth": [1.0, 1.0, 0.0, 0.0],
+            "ld_frozen_backups": [4 / 3, 4 / 3, 2 / 3, 2 / 3],
+            "ld_frozen_all": 0.0,
+        }
+    )
 
 
 def test_coax_lm_claims_from_hand_made_tables():
-    import numpy as np
     import pandas as pd
 
-    from selfrepair.coax.lm_claims import auc_gap, lm_claims
+    from selfrepair.coax.lm_claims import lm_claims
 
-    # 6 candidates, 2 backups; COAX (comp) ranks both first: AUC 1. Single ablation puts one
-    # backup first and one last: AUC 4/8 = 0.5; AtP 7/8 (the best baseline), EAP-IG and AtP* 0
-    backup = [True, True, False, False, False, False]
-    scores = pd.DataFrame(
+    stable = _truth([[3, 3, 3, 3], [3, 3, 3, 3]] + [[0, 0, 0, 0]] * 4)
+    seq = pd.DataFrame(
         {
-            "unit": [f"L0H{i}" for i in range(6)],
-            "backup": backup,
-            "comp": [6, 5, 4, 3, 2, 1],
-            "single": [6, 0, 5, 4, 3, 2],
-            "atp": [6, 3.5, 5, 3, 2, 1],  # backups beat 4 and 3 of the 4 others: 7/8
-            "eap_ig": [1, 0, 6, 5, 4, 3],
-            "atp_star": [1, 0, 6, 5, 4, 3],
-            "data_seed": 1,
+            "k": [5] * 3 + [10] * 3,
+            "sequence": [0, 1, 2] * 2,
+            "drop_coax": [2.0, 1.0, 3.0, 1.0, 1.0, 1.0],
+            "drop_random": [0.5] * 6,
         }
-    )
-    g = auc_gap(scores, n_boot=200)
-    assert g["gap"] == pytest.approx(1 - 7 / 8) and g["lo"] <= g["gap"] <= g["hi"]
-    wake = pd.DataFrame(
-        {
-            "n_ablated": [3] * 5 + [0] * 5,
-            "group": ["backup", "backup", "other", "other", "other"] * 2,
-            "ratio": [1.2, 1.4, 1.0, 1.1, 0.9, 1, 1, 1, 1, 1],
-        }
-    )
-    freeze = pd.DataFrame({"data_seed": [1, 2], "repair_removed_share": [0.5, 0.7]})
-    ko = pd.DataFrame(
-        {"data_seed": [1, 1, 2, 2], "set": ["primaries", "primaries+coax"] * 2, "accuracy": [1.0, 0.6, 0.9, 0.7]}
-    )
-    ind = pd.DataFrame({"k": [5, 10], "drop_coax": [2.0, 1.0], "drop_random": [0.5, 0.5]})
-    tables = {"ioi_scores": scores, "ioi_wake": wake, "ioi_freeze": freeze, "ioi_knockout": ko, "induction": ind}
-    t = R.table(lm_claims("m", tables)).set_index("id")
-    w = t.loc["lm_coax_backups_wake_up"]  # at 3 ablated: backups 1.3 (sd 0.1414), others 1.0 (sd 0.1)
-    se = np.sqrt(0.02 / 2 + 0.01 / 3)
-    assert w["measured"] == pytest.approx(0.3) and w["ci_low"] == pytest.approx(0.3 - 1.96 * se)
-    assert w["verdict"] == "holds"
-    f = t.loc["lm_coax_freeze_removes_repair"]  # mean 0.6, sd 0.1414, t_{0.975,1} = 12.7062
-    assert f["measured"] == pytest.approx(0.6) and f["ci_low"] == pytest.approx(0.6 - 12.7062 * 0.1, rel=1e-4)
-    assert f["verdict"] == "inconclusive"
-    assert t.loc["lm_coax_knockout_costs_accuracy", "measured"] == pytest.approx(0.3)
-    assert t.loc["lm_coax_induction_beats_random", "measured"] == pytest.approx(1.0)
-    assert {r["verdict"] for r in lm_claims("m", {})} == {"not run"}  # no table: not run, never inconclusive
+    )  # per sequence, averaged over k: 1.0, 0.5, 1.5: mean 1.0
+    tables = {"ioi_scores": _scores(), "ioi_truth": stable, "ioi_prompts": _prompts(), "induction_sequences": seq}
+    t = R.table(lm_claims("m", tables, backup_share=1 / 3)).set_index("id")
+    assert list(t.index) == [
+        "lm_coax_primaries_damage", "lm_coax_auc_beats_baselines", "lm_coax_backups_wake_up",
+        "lm_coax_freeze_removes_repair", "lm_coax_knockout_lowers_logit_diff", "lm_coax_induction_beats_random",
+    ]  # fmt: skip
+    assert (t["n"] >= 2).all() and (t["resampled"] != "").all()
+    d = t.loc["lm_coax_primaries_damage"]
+    assert d["measured"] == pytest.approx(1.5) and 1.0 <= d["ci_low"] <= 1.5 <= d["ci_high"] <= 2.0
+    assert d["verdict"] == "holds" and d["n"] == 4
+    a = t.loc["lm_coax_auc_beats_baselines"]
+    assert a["measured"] == pytest.approx(1 - 7 / 8) and a["ci_low"] <= a["measured"] <= a["ci_high"]
+    w = t.loc["lm_coax_backups_wake_up"]  # backups 1.2, others 1.0
+    assert w["measured"] == pytest.approx(0.2)
+    f = t.loc["lm_coax_freeze_removes_repair"]  # 1/3 on every resample: each prompt removes 1/3 of its repair
+    assert f["measured"] == pytest.approx(1 / 3) and f["ci_low"] == pytest.approx(1 / 3)
+    assert f["ci_high"] == pytest.approx(1 / 3) and f["verdict"] == "holds" and "repair" in f["note"]
+    k = t.loc["lm_coax_knockout_lowers_logit_diff"]
+    assert k["measured"] == pytest.approx(1.0) and k["ci_low"] == pytest.approx(1.0) and k["verdict"] == "holds"
+    assert "accuracy 1.00 -> 0.50" in k["note"]
+    i = t.loc["lm_coax_induction_beats_random"]
+    assert i["measured"] == pytest.approx(1.0) and 0.5 <= i["ci_low"] <= 1.0 <= i["ci_high"] <= 1.5
+    assert i["n"] == 3 and i["resampled"] == "evaluation sequences"
+    # nothing ran: every claim is not run, never inconclusive
+    assert {r["verdict"] for r in lm_claims("m", {})} == {"not run"}
+
+
+def test_labels_that_flip_across_truth_prompts_widen_the_auc_interval():
+    from selfrepair.coax.lm_claims import label_bootstrap
+    from selfrepair.coax.lm_claims import _auc_gap
+
+    # the same backups on all four truth prompts, against backups that only two prompts
+    # (one of each template) pick: on all four, L0H0 and L0H1 (beta 1.5 against 1.45);
+    # a resample heavy in prompts 2 and 3 picks L0H2 and L0H3, which COAX ranks lower
+    stable = _truth([[3, 3, 3, 3], [3, 3, 3, 3]] + [[0, 0, 0, 0]] * 4)
+    flips = _truth([[3, 3, 0, 0], [3, 3, 0, 0], [0, 0, 2.9, 2.9], [0, 0, 2.9, 2.9], [0] * 4, [0] * 4])
+    s, f = (label_bootstrap(_scores(), t, 1 / 3, _auc_gap, n_boot=400) for t in (stable, flips))
+    assert s["value"] == f["value"] == pytest.approx(1 - 7 / 8)  # the same labels on all prompts
+    assert f["hi"] - f["lo"] > (s["hi"] - s["lo"]) + 0.3
+    assert f["lo"] < 0 < s["value"]  # the flipped labels put COAX below a baseline

@@ -45,7 +45,7 @@ def test_real_lm_rules_run_on_smollm2(tmp_path):
     bos = pd.read_csv(res / "coax" / "lms" / LM / "tables" / "bos.csv")
     assert bos["accuracy"].max() >= 0.75  # SmolLM2 solves IOI (0.99 on 100 prompts, measured)
     heads = pd.read_csv(res / "coax" / "lms" / LM / "tables" / "heads_ioi.csv")
-    prim = heads[heads["role"] == "primary"]
+    prim = heads[(heads["role"] == "primary") & (heads["seeding"] == "name_movers")]
     assert len(prim) == 3 and (prim["dla"] > 0).all()  # name movers push the IO name up
 
     gim = pd.read_csv(res / "gim" / "lms" / LM / "tasks.csv").set_index("task")

@@ -455,6 +455,7 @@ rule coax_lm:
         numerics=NUMERICS,
         code=code_hash(
             "coax/lms",
+            "coax/lm_seeds",
             "coax/name_movers",
             "coax/ioi_experiment",
             "coax/induction_experiment",

@@ -48,9 +48,11 @@ rule real_lms_claims:
     params:
         lms=LM_NAMES,
         papers=PAPERS,
+        backup_share=config["coax"]["lms"]["backup_share"],
         code=code_hash(
             "core/real_claims",
             "coax/lm_claims",
+            "coax/lm_seeds",
             "gim/lm_claims",
             "coax/baselines",
             "core/stats",

@@ -109,9 +109,10 @@ def run_induction(
     COAX runs label-free on the calibration sequences (protocol v1: every position but
     the last; v2: the last), seeded with the top ``n_primary`` heads by induction score.
 
-    Returns DataFrames: heads (induction score, single, cond, comp, primary) and sets
+    Returns DataFrames: heads (induction score, single, cond, comp, primary), sets
     (k, method, drop of the repeated-token log-prob with the set ablated alone and
-    together with the primaries; the random rows are means over ``n_random`` sets).
+    together with the primaries; the random rows are means over ``n_random`` sets) and
+    sequences (the same drops per evaluation sequence, which an interval resamples).
     """
 
     det, det_lens = sample(n_prompts, T, vocab, seed)
@@ -125,15 +126,19 @@ def run_induction(
     htab = _heads_table(heads, ind, prim, sc.table)
     ranked = [parse(u) for u in sc.table.sort_values("comp", ascending=False)["unit"]]
     rng = np.random.default_rng(seed)
-    metric = lambda lg: float(repeated_logprob(lg.cpu(), ev, ev_lens))  # noqa: E731
-    base = run_ablated(bridge, ev, [[], prim], reduce=metric, max_rows=max_rows)
-    rows = []
+    # per sequence (a [n] tensor); the sets' figures are its mean, repeated_logprob's own
+    metric = lambda lg: repeated_logprob(lg.cpu(), ev, ev_lens, reduce=False)  # noqa: E731
+    base_seq = run_ablated(bridge, ev, [[], prim], reduce=metric, max_rows=max_rows)
+    base = [float(v.mean()) for v in base_seq]
+    rows, seqs = [], []
     for k in ks:
-        rows += _set_rows(bridge, ev, metric, base, prim, cands, ranked, k, rng, n_random, max_rows)
+        r, q = _set_rows(bridge, ev, metric, base_seq, prim, cands, ranked, k, rng, n_random, max_rows)
+        rows, seqs = rows + r, seqs + [q]
     sets_t = pd.DataFrame(rows)
     return {
         "heads": htab,
         "sets": sets_t,
+        "sequences": pd.concat(seqs, ignore_index=True),
         "clean_logprob": base[0],
         "primaries_logprob": base[1],
         "primaries": [p.name for p in prim],
@@ -159,18 +164,32 @@ def _heads_table(heads, ind: dict, prim, scan_table: pd.DataFrame) -> pd.DataFra
     )
 
 
-def _set_rows(bridge, ev, metric, base, prim, cands, ranked, k, rng, n_random: int, max_rows: int) -> list[dict]:
+def _set_rows(bridge, ev, metric, base_seq, prim, cands, ranked, k, rng, n_random: int, max_rows: int):
     """The two rows of one ``k``: the drop of the metric with COAX's top k ablated, alone
     and with the primaries, and the mean drops of ``n_random`` random sets of k
-    candidates (drawn from ``rng``)."""
+    candidates (drawn from ``rng``); and the same per sequence (a table).
+    ``metric`` gives a value per sequence, ``base_seq`` the intact and the primaries'."""
     k_eff = min(k, len(cands))
     coax_set = ranked[:k_eff]
     rand_sets = [[cands[i] for i in rng.choice(len(cands), k_eff, replace=False)] for _ in range(n_random)]
     sets = [coax_set] + rand_sets
-    alone = run_ablated(bridge, ev, sets, reduce=metric, max_rows=max_rows)
-    withs = run_ablated(bridge, ev, [prim + s for s in sets], reduce=metric, max_rows=max_rows)
-    d_alone = [base[0] - v for v in alone]
-    d_with = [base[1] - v for v in withs]
+    alone_seq = run_ablated(bridge, ev, sets, reduce=metric, max_rows=max_rows)
+    withs_seq = run_ablated(bridge, ev, [prim + s for s in sets], reduce=metric, max_rows=max_rows)
+    base = [float(v.mean()) for v in base_seq]
+    d_alone = [base[0] - float(v.mean()) for v in alone_seq]
+    d_with = [base[1] - float(v.mean()) for v in withs_seq]
+    per_alone = [(base_seq[0] - v).double().numpy() for v in alone_seq]
+    per_with = [(base_seq[1] - v).double().numpy() for v in withs_seq]
+    seq = pd.DataFrame(
+        {
+            "k": k,
+            "sequence": np.arange(len(per_alone[0])),
+            "drop_coax": per_alone[0],
+            "drop_random": np.mean(per_alone[1:], axis=0),
+            "drop_coax_with_primaries": per_with[0],
+            "drop_random_with_primaries": np.mean(per_with[1:], axis=0),
+        }
+    )
     return [
         {
             "k": k,
@@ -190,7 +209,7 @@ def _set_rows(bridge, ev, metric, base, prim, cands, ranked, k, rng, n_random: i
             "drop_alone": float(np.mean(d_alone[1:])),
             "drop_with_primaries": float(np.mean(d_with[1:])),
         },
-    ]
+    ], seq
 
 
 def ratio_table(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:

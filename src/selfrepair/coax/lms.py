@@ -15,9 +15,10 @@ import resource
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from selfrepair.coax import induction_experiment, ioi_experiment, name_movers
+from selfrepair.coax import induction_experiment, ioi_experiment, lm_seeds, name_movers
 from selfrepair.coax.score import ioi_summary, release_vocab
 from selfrepair.core.components import head_components, parse
 from selfrepair.core.interventions import Prefix, fit_rows
@@ -47,11 +48,12 @@ class _Encoder:
         return ids
 
 
-def lm_prompts(tokenizer, n: int, seed: int, bos: bool, bridge=None) -> ioi.IOIPrompts:
+def lm_prompts(tokenizer, n: int, seed: int, bos: bool, bridge=None, templates=("ABBA",)) -> ioi.IOIPrompts:
     """Paper B's IOI prompts (the COAX release's draw, :func:`ioi.gpt2_prompts`) in the
-    checkpoint's own tokenizer, with or without BOS first; on ``bridge``'s device when
-    given (the prompts enter the model there)."""
-    pr = ioi.gpt2_prompts(_Encoder(tokenizer, bos), n, seed, style="authors")
+    checkpoint's own tokenizer, with or without BOS first, prompt i in the template
+    ``templates[i % len]`` (:func:`lm_seeds.draw`; the release's is ABBA alone); on
+    ``bridge``'s device when given (the prompts enter the model there)."""
+    pr, _ = lm_seeds.draw(ioi.gpt2_prompts(_Encoder(tokenizer, bos), n, seed, style="authors"), templates)
     return pr if bridge is None else pr.to(next(bridge.parameters()).device)
 
 
@@ -81,56 +83,110 @@ def bos_table(bridge, tokenizer, n: int, seed: int) -> pd.DataFrame:
     return t
 
 
-def ioi_heads(bridge, prompts, n_primary: int, backup_share: float, max_rows: int):
-    """(primaries, backups, heads table): the name movers (:func:`name_movers.pick_primaries`)
-    and the backups by conditional ablation with them, on ``prompts``."""
-    nm = name_movers.pick_primaries(name_movers.name_mover_table(bridge, prompts), n_primary)
-    prim = [parse(u) for u in nm[nm["primary"]].sort_values("dla", ascending=False)["unit"]]
+def truth_seeds(bridge, truth, templates, n_primary: int, share: float, max_rows: int, seedings) -> dict:
+    """Each seeding's primaries and backups on the truth prompts (:mod:`lm_seeds`):
+    {seeding: (primaries, candidates, backups)}, and the tables: heads (one row per
+    (seeding, head): attention to IO and S, direct logit attribution, single-ablation
+    drop, role and how it was chosen, the conditional-ablation effects of the
+    candidates), truth (the per-prompt conditional-ablation matrix) and stability (the
+    seeds chosen on each half of the truth prompts)."""
     heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
-    cb = name_movers.conditional_backups(bridge, prompts, heads, prim, backup_share, max_rows)
-    t = nm.merge(cb, on="unit", how="left")
-    t["backup"] = t["backup"].astype("boolean").fillna(False).astype(bool)
-    t["role"] = ["primary" if p else ("backup" if b else "other") for p, b in zip(t["primary"], t["backup"])]
-    t.loc[t["backup"], "how"] = "conditional ablation: top beta = drop with primaries ablated - drop alone"
-    t.insert(0, "task", "ioi")
-    backups = [parse(u) for u in t[t["backup"]].sort_values("beta", ascending=False)["unit"]]
-    return prim, backups, t
+    units = [h.name for h in heads]
+    last = [truth.tokens.shape[1] - 1]
+    pfx = Prefix(bridge, truth.tokens, positions=last)
+    half_a, half_b = lm_seeds.halves(templates)
+    nm = name_movers.name_mover_table(bridge, truth)
+    drops = lm_seeds.drop_matrix(pfx, truth, heads, max_rows)
+    base = nm.merge(lm_seeds.top_drops(drops, units, n_primary)[["unit", "drop"]], on="unit")
+
+    def pick(seeding, cols):
+        if seeding == "name_movers":
+            t = nm if cols is None else name_movers.name_mover_table(bridge, lm_seeds.subset(truth, cols))
+            t = name_movers.pick_primaries(t, n_primary)
+            return list(t[t["primary"]].sort_values("dla", ascending=False, kind="stable")["unit"]), t
+        t = lm_seeds.top_drops(drops, units, n_primary, cols)
+        t["how"] = t["primary"].map({True: "largest single-ablation drop of logit[IO] - logit[S]", False: ""})
+        return list(t[t["primary"]].sort_values("drop", ascending=False, kind="stable")["unit"]), t
+
+    seeds, tables = {}, {"heads": [], "truth": [], "stability": []}
+    for seeding in seedings:
+        prim_names, picked = pick(seeding, None)
+        prim = [parse(u) for u in prim_names]
+        cands, upstream = lm_seeds.downstream(heads, prim)
+        if not cands:
+            raise ValueError(f"{seeding}: no head lies after the earliest primary ({' '.join(prim_names)}): no backup candidate")
+        cn = [c.name for c in cands]
+        mat = lm_seeds.truth_matrix(pfx, truth, prim, cands, max_rows)
+        cb = lm_seeds.backups_from(mat, cn, share)
+        back = [parse(u) for u in cb[cb["backup"]].sort_values("beta", ascending=False, kind="stable")["unit"]]
+        t = base.merge(picked[["unit", "primary", "how"]], on="unit").merge(cb, on="unit", how="left")
+        t["backup"] = t["backup"].astype("boolean").fillna(False).astype(bool)
+        up = t["unit"].isin({h.name for h in upstream})
+        t["role"] = np.select([t["primary"], t["backup"], up], ["primary", "backup", "upstream"], "other")
+        t.loc[t["backup"], "how"] = "conditional ablation: top beta = drop with primaries ablated - drop alone"
+        t.loc[up, "how"] = "not a candidate: at or before the earliest primary's layer, it cannot respond to their ablation"
+        t.insert(0, "seeding", seeding)
+        t.insert(0, "task", "ioi")
+        tables["heads"].append(t)
+        tables["truth"].append(lm_seeds.matrix_table(mat, cn, templates, seeding))
+        pa, pb = pick(seeding, half_a)[0], pick(seeding, half_b)[0]
+        tables["stability"].append(lm_seeds.stability(mat, cn, share, templates, pa, pb, seeding))
+        seeds[seeding] = (prim, cands, back)
+    return seeds, {k: pd.concat(v, ignore_index=True) for k, v in tables.items()}
 
 
 def run_ioi_part(bridge, tokenizer, bos: bool, s: dict, ioi_cfg: dict, protocol: str, out: Path, prog) -> str:
-    """Primaries and backups on the truth prompts, then COAX and the baselines on each
-    data seed's prompts (:func:`ioi_experiment.run_ioi`); writes heads.csv and ioi_*.csv."""
-    truth = lm_prompts(tokenizer, int(s["n_truth"]), int(s["truth_seed"]), bos, bridge)
+    """Each seeding's primaries and backups on the truth prompts (:func:`truth_seeds`),
+    then COAX and the baselines on each data seed's prompts, the candidates those after
+    the earliest primary (:func:`ioi_experiment.run_ioi`), and the per-prompt logit
+    differences (:func:`lm_seeds.prompt_table`); writes heads_ioi.csv, ioi_truth.csv,
+    seeds_stability.csv, ioi_prompts.csv and ioi_*.csv, each with a ``seeding`` column."""
+    templates = list(s["templates"])
+    truth = lm_prompts(tokenizer, int(s["n_truth"]), int(s["truth_seed"]), bos, bridge, templates)
+    t_names = lm_seeds.template_names(len(truth), templates)
     max_rows = int(s["max_rows"])
-    with prog.stage("name movers and conditional backups"):
-        prim, back, heads_t = ioi_heads(bridge, truth, int(ioi_cfg["n_primary"]), float(s["backup_share"]), max_rows)
-    heads_t.to_csv(out / "heads_ioi.csv", index=False)
-    heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
-    parts: dict[str, list] = {k: [] for k in ("scores", "discovery", "wake", "freeze", "knockout")}
+    with prog.stage("seeds: name movers, single drops and conditional backups"):
+        seeds, tabs = truth_seeds(bridge, truth, t_names, int(ioi_cfg["n_primary"]), float(s["backup_share"]),
+                                  max_rows, list(s["seedings"]))  # fmt: skip
+    tabs["heads"].to_csv(out / "heads_ioi.csv", index=False)
+    tabs["truth"].to_csv(out / "ioi_truth.csv", index=False)
+    tabs["stability"].to_csv(out / "seeds_stability.csv", index=False)
+    parts: dict[str, list] = {k: [] for k in ("scores", "discovery", "wake", "freeze", "knockout", "prompts")}
     for ds in s["data_seeds"]:
-        with prog.stage(f"IOI data seed {ds}"):
-            res = ioi_experiment.run_ioi(
-                bridge, lm_prompts(tokenizer, int(s["n_prompts"]), int(ds), bos, bridge), heads, prim, back, protocol,
-                int(s["top_r"]), int(ioi_cfg["top_k"]), ioi_cfg.get("k_recovered") or len(back),
-                float(ioi_cfg["wake_min"]), int(ioi_cfg["ig_steps"]), max_rows, float(ioi_cfg["amp_eps"]),
-                release_vocab(bridge), last_only=True,
-            )  # fmt: skip
-        for k in parts:
-            t = res[k].copy()
-            t.insert(0, "data_seed", int(ds))
-            t.insert(0, "model_seed", 0)  # one pretrained model: the toy tables' columns
-            parts[k].append(t)
+        pr = lm_prompts(tokenizer, int(s["n_prompts"]), int(ds), bos, bridge, templates)
+        p_names = lm_seeds.template_names(len(pr), templates)
+        for seeding, (prim, cands, back) in seeds.items():
+            with prog.stage(f"IOI data seed {ds}, {seeding} seeds"):
+                res = ioi_experiment.run_ioi(
+                    bridge, pr, prim + cands, prim, back, protocol, int(s["top_r"]), int(ioi_cfg["top_k"]),
+                    ioi_cfg.get("k_recovered") or len(back), float(ioi_cfg["wake_min"]), int(ioi_cfg["ig_steps"]),
+                    max_rows, float(ioi_cfg["amp_eps"]), release_vocab(bridge), last_only=True,
+                )  # fmt: skip
+                res["prompts"] = lm_seeds.prompt_table(
+                    bridge, pr, p_names, prim, back, cands, [parse(u) for u in res["recovered"]], max_rows
+                )
+            for k in parts:
+                t = res[k].copy()
+                t.insert(0, "seeding", seeding)
+                t.insert(0, "data_seed", int(ds))
+                t.insert(0, "model_seed", 0)  # one pretrained model: the toy tables' columns
+                parts[k].append(t)
     cat = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
     cat["discovery"]["ground_truth"] = "conditional ablation on this model (no documented circuit)"
-    ioi_summary(cat["discovery"]).to_csv(out / "ioi_summary.csv", index=False)
+    summary = [ioi_summary(g).assign(seeding=k) for k, g in cat["discovery"].groupby("seeding", sort=False)]
+    pd.concat(summary, ignore_index=True).to_csv(out / "ioi_summary.csv", index=False)
     for k, t in cat.items():
         t.to_csv(out / f"ioi_{k}.csv", index=False)
-    return f"primaries {' '.join(h.name for h in prim)} (name movers); {len(back)} backups by conditional ablation"
+    said = []
+    for seeding, (prim, _, back) in seeds.items():
+        said.append(f"{seeding}: primaries {' '.join(h.name for h in prim)}, {len(back)} backups")
+    return "; ".join(said) + " (backups by conditional ablation)"
 
 
 def run_induction_part(bridge, name: str, s: dict, ind_cfg: dict, out: Path, prog) -> str:
     """Induction on repeated random tokens (:func:`induction_experiment.run_induction`):
-    induction.csv (COAX top-k sets against random sets) and heads_induction.csv."""
+    induction.csv (COAX top-k sets against random sets), induction_sequences.csv (the
+    same drops per evaluation sequence) and heads_induction.csv."""
     T = int(s["induction_T"])
     check_context(bridge, 2 * T + 2, "the induction sequences", name)
     with prog.stage("induction"):
@@ -140,6 +196,7 @@ def run_induction_part(bridge, name: str, s: dict, ind_cfg: dict, out: Path, pro
             str(s["induction_protocol"]), int(s["top_r"]), fit_rows(bridge, 2 * T + 2, int(s["max_rows"])),
         )  # fmt: skip
     induction_experiment.ratio_table({name: res["sets"]}).to_csv(out / "induction.csv", index=False)
+    res["sequences"].to_csv(out / "induction_sequences.csv", index=False)
     h = res["heads"].assign(task="induction", role=lambda t: t["primary"].map({True: "primary", False: "other"}))
     h.to_csv(out / "heads_induction.csv", index=False)
     return f"primaries {' '.join(res['primaries'])} (top induction scores); clean log-prob {res['clean_logprob']:.3f}"
