@@ -458,3 +458,40 @@ def test_a_refusal_under_a_set_budget_names_its_key_and_the_value_that_fits():
     measured = memory.refusal("m", plan, 2.0 * gb, 1, "bfloat16")
     assert "the budget is 2.00 GB (the device's free memory at the job's start) less" in measured
     assert "memory_gb" not in measured
+
+
+# ------------------------------------------------ the real-LM table with no real LM ----
+def test_the_real_lm_table_with_no_real_lm_says_why_and_the_way_out():
+    from selfrepair.core.published import no_real_lms
+
+    assert no_real_lms([], ["coax", "gim"]) == (
+        "results/published/real_lms.csv: no real LM is configured (lms.models is empty), so there is no claim "
+        "to test. Name packaged models in lms.models (config/config.yaml's default: [smollm2-135m, "
+        "gemma-3-270m]), or leave the table out of the targets"
+    )
+    assert no_real_lms(["smollm2-135m"], ["heroes"]).startswith(
+        "results/published/real_lms.csv: papers heroes has neither coax nor gim"
+    )
+
+
+@pytest.mark.slow  # a Snakemake dry run
+def test_asking_for_the_real_lm_table_with_no_real_lm_is_refused(tmp_path):
+    """It wrote a header-only table, with no word (the same request with own: empty is refused)."""
+    import shutil
+    import subprocess
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    (tmp_path / "nolms.yaml").write_text("lms:\n  models: []\n")
+    cmd = [
+        str(Path(sys.executable).parent / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+        "--cores", "1", "-n", "results/published/real_lms.csv", "--configfile", "config/config.yaml",
+        "config/test.yaml", str(tmp_path / "nolms.yaml"),
+    ]  # fmt: skip
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-3000:]
+    assert "results/published/real_lms.csv: no real LM is configured (lms.models is empty)" in out, out[-3000:]
+    (tmp_path / "nolms.yaml").write_text("lms:\n  models: [smollm2-135m]\n")
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]  # with a packaged model: planned
+    assert "real_lms_claims" in r.stdout

@@ -387,9 +387,18 @@ def coax_lms_settings():
     return {**shared, **lms_cfg[config["lms"]["scale"]]}
 
 
+def no_real_lms(wildcards=None):
+    """The input of real_lms_claims when no real LM runs: asked for, the way out."""
+    raise WorkflowError(_published.no_real_lms(LM_NAMES, PAPERS))
+
+
 def real_lms_inputs():
     """The inputs of real_lms_claims: per packaged LM, paper B's tables folder and paper C's
-    tasks, contrasts and feature-attribution tables (of the papers that run)."""
+    tasks, contrasts and feature-attribution tables (of the papers that run); with no
+    packaged LM or neither paper, :func:`no_real_lms` (a header-only table said nothing).
+    """
+    if not LM_NAMES or not {"coax", "gim"} & set(PAPERS):
+        return {"none": no_real_lms}
     out = {}
     for lm in LM_NAMES:
         if "coax" in PAPERS:

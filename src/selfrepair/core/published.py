@@ -222,3 +222,19 @@ def summary_report(table: pd.DataFrame, strict: bool = False) -> str:
         bad = table[table["status"] == "differs"][["paper", "id", "published", "reproduced"]]
         raise SystemExit(f"{text}\nstrict mode: {len(bad)} published numbers differ:\n{bad.to_string(index=False)}")
     return text
+
+
+def no_real_lms(lm_names, papers) -> str:
+    """Why results/published/real_lms.csv has nothing to say in this configuration, and the
+    way out: no packaged LM configured (``lms.models``), or neither paper B nor C runs."""
+    target = "results/published/real_lms.csv"
+    if not lm_names:
+        return (
+            f"{target}: no real LM is configured (lms.models is empty), so there is no claim to test. "
+            "Name packaged models in lms.models (config/config.yaml's default: [smollm2-135m, gemma-3-270m]), "
+            "or leave the table out of the targets"
+        )
+    return (
+        f"{target}: papers {', '.join(papers) or '(none)'} has neither coax nor gim, whose claims the table tests "
+        "on the real LMs. Add one, as in --config 'papers=[coax,gim]', or leave the table out of the targets"
+    )
