@@ -495,3 +495,52 @@ def test_asking_for_the_real_lm_table_with_no_real_lm_is_refused(tmp_path):
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]  # with a packaged model: planned
     assert "real_lms_claims" in r.stdout
+
+
+# ------------------------------------------------ a conversion killed, a file gone ----
+def test_a_killed_conversions_leftovers_are_removed_by_the_next(tmp_path, caplog):
+    import logging
+
+    from selfrepair.core import gguf_files
+
+    parent = tmp_path / "results/lms/gemma-3-270m"
+    (parent / "model").mkdir(parents=True)
+    (parent / "model/config.json").write_text("{}")
+    (parent / ".converting").mkdir()
+    (parent / ".converting/gemma-3-270m.gguf").write_bytes(bytes(3_000_000))  # the joined chunks
+    (parent / "tmpk1ll3d").mkdir()  # an older run's temporary folder
+    (parent / "tmpk1ll3d/gemma-3-270m.gguf").write_bytes(bytes(10))
+    (parent / "tmpnotours").mkdir()
+    (parent / "tmpnotours/notes.txt").write_text("kept: not a conversion's")
+    with caplog.at_level(logging.WARNING), gguf_files.scratch(parent) as d:
+        assert d == parent / ".converting" and list(d.iterdir()) == []
+        assert sorted(p.name for p in parent.iterdir()) == [".converting", "model", "tmpnotours"]
+        (d / "joined.gguf").write_bytes(b"x")
+    assert sorted(p.name for p in parent.iterdir()) == ["model", "tmpnotours"]
+    assert f"removing {parent / '.converting'} (3 MB), left by a conversion that was killed" in caplog.text
+    assert f"removing {parent / 'tmpk1ll3d'} (0 MB)" in caplog.text
+    with pytest.raises(RuntimeError), gguf_files.scratch(parent):
+        raise RuntimeError("the conversion failed")
+    assert not (parent / ".converting").exists()
+
+
+def test_a_users_file_gone_or_changed_before_its_conversion_is_named(tmp_path):
+    from selfrepair.core import gguf_files
+
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF one")
+    key = gguf_files.file_key(f)
+    gguf_files.check_user_file(f, key)
+    f.write_bytes(b"GGUF two")
+    now = f"m-{_sha16(b'GGUF two')}"
+    with pytest.raises(gguf_files.BadGGUF) as err:
+        gguf_files.check_user_file(f, key)
+    assert str(err.value) == (
+        f"{f} changed since the workflow started (it was {key}, it is {now}): rerun snakemake, "
+        f"which converts it as it is now into results/lms/{now}/model"
+    )
+    f.unlink()
+    with pytest.raises(
+        gguf_files.BadGGUF, match=f"{re.escape(str(f))} is gone since the workflow started .*put it back"
+    ):
+        gguf_files.check_user_file(f, key)

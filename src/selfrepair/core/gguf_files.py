@@ -17,6 +17,8 @@ Where a file converts to (:func:`file_key`, :func:`converted_folder`) lives in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # where a file converts to (torch-free, read by the workflow's parse), importable from here too
@@ -207,3 +209,48 @@ def convert(gguf: str | Path, folder: str | Path, source: dict) -> dict:
     record = {"source": {**source, "gguf_sha256": file_sha256(gguf), **info}}
     save_model(model, folder, meta=record, tokenizer=tok.save_pretrained)
     return record
+
+
+SCRATCH = ".converting"  # beside a converted folder: one conversion's intermediate files
+
+
+@contextmanager
+def scratch(parent: str | Path) -> Iterator[Path]:
+    """A folder for one conversion's intermediate files (a packaged model's chunks joined:
+    hundreds of MB), ``<parent>/.converting``, removed at the end. What a killed
+    conversion left beside the folder (that folder, or an older run's ``tmp*`` folder of
+    ``.gguf`` files) is removed first, and said in the log."""
+    import logging
+    import shutil
+
+    parent = Path(parent)
+    d = parent / SCRATCH
+    older = [p for p in parent.glob("tmp*") if p.is_dir() and all(f.suffix == ".gguf" for f in p.iterdir())]
+    for p in [d, *older] if d.exists() else older:
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        logging.getLogger(__name__).warning(
+            "removing %s (%.0f MB), left by a conversion that was killed", p, size / 1e6
+        )
+        shutil.rmtree(p)
+    d.mkdir(parents=True)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def check_user_file(path: str | Path, key: str) -> None:
+    """BadGGUF, naming the file and the way out, when a user's file that the workflow's
+    parse found as ``key`` is gone or holds another content by the time it is converted."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadGGUF(
+            f"{path} is gone since the workflow started (it was to be converted into {LMS_DIR}/{key}/model): "
+            "put it back and rerun snakemake, or name another model"
+        )
+    now = file_key(p)
+    if now != key:
+        raise BadGGUF(
+            f"{path} changed since the workflow started (it was {key}, it is {now}): rerun snakemake, "
+            f"which converts it as it is now into {LMS_DIR}/{now}/model"
+        )
