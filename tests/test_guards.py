@@ -544,3 +544,59 @@ def test_a_users_file_gone_or_changed_before_its_conversion_is_named(tmp_path):
         gguf_files.BadGGUF, match=f"{re.escape(str(f))} is gone since the workflow started .*put it back"
     ):
         gguf_files.check_user_file(f, key)
+
+
+# ------------------------------------------------ a Shapley analysis's cost, said first ----
+def test_the_coalitions_a_shapley_analysis_takes_are_bounded_by_its_players():
+    from selfrepair.groundtruth.pipeline import Settings, coalition_bound
+
+    s = dict(exact_max_players=12, max_permutations=128)
+    # SmolLM2-135M: 30 layers of 9 heads and an MLP, 300 components
+    assert coalition_bound(30, 9, Settings(players="all", **s)) == (300, 128 * 301)
+    assert coalition_bound(30, 9, Settings(players="top", n_players=16, **s)) == (17, 128 * 18)
+    assert coalition_bound(30, 9, Settings(players="top", n_players=16, rest="intact", **s)) == (16, 128 * 17)
+    assert coalition_bound(30, 9, Settings(players="layers", **s)) == (30, 128 * 31)
+    assert coalition_bound(2, 2, Settings(players="all", **s)) == (6, 2**6)  # exact: every coalition
+    assert coalition_bound(30, 9, Settings(players="top", n_players=11, **s)) == (12, 2**12)
+
+
+def test_a_long_shapley_analysis_says_its_cost_and_the_way_out():
+    from selfrepair.own.analyses import shapley_cost
+
+    said, long = shapley_cost(300, 38_528, 0.05, {"name": "smol", "players": "all"})
+    assert long and said == (
+        "shapley of smol: 300 players (players: all), at most 38,528 coalitions at 0.05 s each: up to about "
+        "32.1 min. To play fewer: players: top in the own: entry smol (n_players, 16 by default, of largest "
+        "single drop, and the rest as one player)"
+    )  # 38,528 x 0.05 s = 1,926.4 s = 32.1 min
+    said, long = shapley_cost(17, 2_304, 0.05, {"name": "smol", "players": "top"})
+    assert not long and said.endswith("up to about 1.92 min")
+
+
+def test_the_shapley_analysis_logs_its_estimate_before_it_plays(own_gguf, caplog, monkeypatch):
+    import logging
+
+    from selfrepair.own import analyses
+    from selfrepair.own.run import run_analysis
+
+    entry, _, outputs = own_gguf
+    seen = []
+
+    def stop(*a, **k):
+        seen.extend(r.getMessage() for r in caplog.records if r.getMessage().startswith("shapley of g:"))
+        raise analyses.NotRun("stopped here: the test needs the estimate only")
+
+    monkeypatch.setattr("selfrepair.groundtruth.pipeline.run_on_model", stop)
+    s = {**entry, "data_seed": 0, "mode": "mean", "players": "all", "top_k": 5, "single_frac": 0.1}
+    s["settings"] = {"exact_max_players": 12, "max_permutations": 96}
+    outputs = {
+        **outputs,
+        **{t: outputs["scores"].replace("scores", t) for t in ("shapley", "interactions", "agreement")},
+    }
+    with caplog.at_level(logging.INFO, logger="selfrepair.own.analyses"):
+        row = run_analysis("shapley", s, outputs).iloc[0]
+    assert row["reason"] == "stopped here: the test needs the estimate only", row["reason"]
+    # the tiny Llama: 2 layers of 4 heads and an MLP, 10 players, exact: 2^10 coalitions
+    assert len(seen) == 1 and seen[0].startswith(
+        "shapley of g: 10 players (players: all), at most 1,024 coalitions at "
+    )

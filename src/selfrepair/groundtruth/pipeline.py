@@ -153,6 +153,21 @@ def shapley_rows(res, components, game: str | None = None, single: dict | None =
     return rows
 
 
+def coalition_bound(n_layers: int, n_heads: int, settings: Settings) -> tuple[int, int]:
+    """(players, the most coalitions their Shapley values take) on a model of ``n_layers``
+    layers of ``n_heads`` heads and an MLP: every coalition when the players are at most
+    ``exact_max_players``, else ``max_permutations`` permutations of ``players + 1``
+    coalitions each (the stopping rule may take fewer), before the single drops and methods."""
+    n = {
+        "all": n_layers * (n_heads + 1),
+        "top": settings.n_players + (settings.rest == "player"),
+        "layers": n_layers,
+    }[settings.players]
+    if n <= settings.exact_max_players:
+        return n, 2**n
+    return n, settings.max_permutations * (n + 1)
+
+
 def shapley_of(game, components, settings: Settings, floor=None):
     """Shapley values of ``game`` over ``components`` as the ground truth computes them:
     exact from every coalition's value up to ``settings.exact_max_players`` players

@@ -58,6 +58,40 @@ def edges(bridge, data, s: dict, circuits_dir) -> tuple[dict, list[str]]:
     return tables, skipped
 
 
+LONG_MINUTES = 10.0  # a Shapley estimate past this is said with the way out
+
+
+def shapley_cost(n_players: int, coalitions: int, seconds: float, s: dict) -> tuple[str, bool]:
+    """(the estimate of a Shapley analysis's cost, whether it is long): its players, the
+    most coalitions they take, at ``seconds`` a coalition (one forward of the pairs, as
+    measured here); a long one with every component as a player names the way out."""
+    minutes = coalitions * seconds / 60
+    what = (
+        f"shapley of {s['name']}: {n_players} players (players: {s.get('players', 'all')}), at most "
+        f"{coalitions:,} coalitions at {seconds:.3g} s each: up to about {minutes:.3g} min"
+    )
+    long = minutes > LONG_MINUTES
+    if long and s.get("players", "all") == "all":
+        what += (
+            f". To play fewer: players: top in the own: entry {s['name']} (n_players, 16 by default, of largest "
+            "single drop, and the rest as one player)"
+        )
+    return what, long
+
+
+def seconds_per_coalition(bridge, data, max_rows: int) -> float:
+    """One forward of the pairs' clean prompts (at most ``max_rows`` of them), timed: what
+    each coalition of the ground truth's game costs, about."""
+    import time
+
+    import torch
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        bridge(data.clean[:max_rows])
+        return time.perf_counter() - t0
+
+
 def shapley(bridge, data, s: dict, hf_model=None) -> dict:
     """The ground truth (:func:`groundtruth.pipeline.run_on_model`, rule groundtruth_gim's
     calls): Shapley values of every head and MLP (or the entry's ``players``:
@@ -67,10 +101,16 @@ def shapley(bridge, data, s: dict, hf_model=None) -> dict:
     agreement with the Shapley values (rank correlations, top-k overlap, recall of what
     single ablation hides). ``hf_model``: a Hugging Face GPT-2's, to play the games on
     paper A's ablation engine (the same values)."""
+    import logging
+
     from selfrepair.groundtruth import pipeline
 
     who = {k: s[k] for k in ("players", "n_players", "rest") if k in s}
     settings = pipeline.Settings(mode=s["mode"], **{**s["settings"], **who})
+    n, coalitions = pipeline.coalition_bound(bridge.cfg.n_layers, bridge.cfg.n_heads, settings)
+    said, long = shapley_cost(n, coalitions, seconds_per_coalition(bridge, data, settings.max_rows), s)
+    log = logging.getLogger(__name__)
+    (log.warning if long else log.info)("%s", said)
     out = pipeline.run_on_model(
         bridge, data, settings, int(s["top_k"]), float(s["single_frac"]), name=s["name"], hf_model=hf_model
     )
