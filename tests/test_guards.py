@@ -600,3 +600,59 @@ def test_the_shapley_analysis_logs_its_estimate_before_it_plays(own_gguf, caplog
     assert len(seen) == 1 and seen[0].startswith(
         "shapley of g: 10 players (players: all), at most 1,024 coalitions at "
     )
+
+
+# ------------------------------------------------ more of the same paths ----
+def test_a_folder_record_of_an_older_run_without_file_names_still_stops(claims_job, tmp_path):
+    """Records written before they held each file: the folder's digest alone, the same stop."""
+    from selfrepair.core import runtime
+
+    rec = tmp_path / ".selfrepair/records" / (LM_TABLES + ".json")
+    old = json.loads(rec.read_text())
+    del old["files"]
+    rec.write_text(json.dumps(old))
+    runtime.check_inputs(claims_job, strict=False)  # unchanged: passes
+    (tmp_path / LM_TABLES / "induction.csv").write_text("head,score\nL1H0,0.5\n")
+    with pytest.raises(runtime.TableChanged) as err:
+        runtime.check_inputs(claims_job, strict=False)
+    assert str(err.value).startswith(f"{LM_TABLES} changed since rule coax_lm wrote it (sha256 {old['sha256']} ")
+
+
+def test_a_table_in_a_subfolder_is_named_by_its_path_in_the_folder(tmp_path, monkeypatch):
+    from selfrepair.core import runtime
+
+    monkeypatch.chdir(tmp_path)
+    d = tmp_path / "results/coax/real/tables"
+    (d / "gpt2").mkdir(parents=True)
+    (d / "gpt2/wake.csv").write_text("a\n1\n")
+    (d / "summary.csv").write_text("b\n2\n")
+    runtime.write_records(runtime.job_record(_smk("coax_real", outputs=["results/coax/real/tables"])))
+    (d / "gpt2/wake.csv").write_text("a\n2\n")
+    reader = _smk("coax_published", inputs=["results/coax/real/tables"])
+    with pytest.raises(runtime.TableChanged, match=re.escape("wrote it (gpt2/wake.csv edited) (sha256")):
+        runtime.check_inputs(reader)
+
+
+def test_a_damaged_record_beside_a_converted_folder_does_not_stop_the_parse(tmp_path, monkeypatch):
+    """The parse looks for the folder a gone file was converted into: a record it cannot
+    read is not that folder's, and the file is reported as not found (not a traceback)."""
+    from selfrepair.core import local_files
+
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "results/lms/tiny-0123456789abcdef/model"
+    bad.mkdir(parents=True)
+    (bad / "selfrepair.json").write_text('{"source": ')
+    other = tmp_path / "results/lms/tiny-fedcba9876543210/model"
+    other.mkdir(parents=True)
+    (other / "selfrepair.json").write_text('["not", "an", "object"]')
+    assert local_files.recorded_conversion("models/tiny.gguf") is None
+    assert local_files.presence(["models/tiny.gguf"]) == "model models/tiny.gguf: absent"
+
+
+def test_a_rerun_from_the_folder_of_a_gone_file_says_so_in_its_row(own_gguf, tmp_path):
+    from selfrepair.own import run
+
+    entry, folder, _ = own_gguf
+    assert run._gone(entry) == ""
+    (tmp_path / "models/tiny.gguf").unlink()
+    assert run._gone(entry) == "models/tiny.gguf is gone: analysed from the folder converted from it"
