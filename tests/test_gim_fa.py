@@ -102,3 +102,60 @@ def test_evaluate_rows(bridge):
     df = FA.evaluate(bridge, data, truth, 0, ig_steps=4)
     assert set(df.method) == set(FA.METHODS) and len(df) == 2 * len(FA.METHODS)
     assert df.ground_truth_hit.between(0, 1).all()
+    assert list(df.columns) == ["example", "method", *FA.DETAIL, "ground_truth_hit"]
+    assert (df.comprehensiveness * df.target_logit).to_numpy() == pytest.approx(df.comprehensiveness_logit.to_numpy())
+    assert (df.comprehensiveness_prob <= 1).all() and df.target_prob.between(0, 1).all()
+
+
+class _SumModel:
+    """A model worked by hand: at every position the logits over 3 tokens are
+    [s + shift, shift, shift], s the sum of the token ids at positions 1..T-2."""
+
+    def __init__(self, shift=0.0):
+        self.shift = shift
+
+    def __call__(self, tokens):
+        s = tokens[:, 1:-1].sum(1).double()
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], 3, dtype=torch.float64) + self.shift
+        logits[:, :, 0] += s[:, None]
+        return logits
+
+
+def test_faithfulness_detail_worked_by_hand():
+    import math
+
+    tokens = torch.tensor([[5, 1, 2, 3, 5]])
+    attribution = torch.tensor([9.0, 0.1, 0.3, 0.2, 9.0])  # ranks positions 2, 3, 1 (first and last unranked)
+    d = FA.faithfulness_detail(_SumModel(), tokens, 4, 0, 0, attribution, foil=1)
+    # s: full 6; the top 1, 2, 3 tokens replaced by id 0: 4, 1, 0; drops 2, 5, 6
+    assert d["target_logit"] == 6 and d["comprehensiveness_logit"] == pytest.approx(13 / 3)
+    assert d["comprehensiveness"] == pytest.approx(13 / 18)
+    # sufficiency: round(r * 3) of the least important replaced: 2, 2, 3, 3, 3 -> s 2, 2, 0, 0, 0
+    assert d["sufficiency_logit"] == pytest.approx(26 / 5) and d["sufficiency"] == pytest.approx(26 / 30)
+
+    def p(s):  # the target's softmax probability: e^s / (e^s + 2)
+        return math.exp(s) / (math.exp(s) + 2)
+
+    assert d["target_prob"] == pytest.approx(p(6))
+    assert d["comprehensiveness_prob"] == pytest.approx((3 * p(6) - p(4) - p(1) - p(0)) / 3 / p(6))
+    assert d["sufficiency_prob"] == pytest.approx((5 * p(6) - 2 * p(2) - 3 * p(0)) / 5 / p(6))
+    assert d["foil_logit"] == 0 and d["correct"] is True
+    # every logit shifted by -5.5: the full logit 0.5 divides the same drops; the probabilities do not move
+    s = FA.faithfulness_detail(_SumModel(-5.5), tokens, 4, 0, 0, attribution, foil=1)
+    assert s["comprehensiveness"] == pytest.approx(13 / 3 / 0.5)
+    assert s["comprehensiveness_prob"] == pytest.approx(d["comprehensiveness_prob"])
+    assert s["comprehensiveness_logit"] == pytest.approx(13 / 3) and s["correct"] is True
+    # the target's logit 0, as the foil's: not answered, and the ratio to the full logit undefined
+    z = FA.faithfulness_detail(_SumModel(), torch.tensor([[5, 0, 0, 0, 5]]), 4, 0, 0, attribution, foil=1)
+    assert z["correct"] is False and math.isnan(z["comprehensiveness"]) and z["comprehensiveness_prob"] == 0
+    assert FA.faithfulness_scores(_SumModel(), tokens, 4, 0, 0, attribution) == (
+        pytest.approx(13 / 18),
+        pytest.approx(26 / 30),
+    )
+
+
+def test_faithfulness_detail_rejects_bad_input():
+    with pytest.raises(ValueError, match="positions"):
+        FA.faithfulness_detail(_SumModel(), torch.tensor([[5, 1, 2, 5]]), 3, 0, 0, torch.zeros(5))
+    with pytest.raises(ValueError, match="no rankable"):
+        FA.faithfulness_detail(_SumModel(), torch.tensor([[5, 5]]), 1, 0, 0, torch.zeros(2))

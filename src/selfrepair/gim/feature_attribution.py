@@ -14,7 +14,15 @@ Comprehensiveness: mean over k = 1..min(50, n) of (full target logit - logit wit
 top-k tokens replaced by the baseline token); sufficiency: mean over ratios 0.5, 0.8,
 0.9, 0.95, 0.99 of (full - logit with the least important round(ratio * n) tokens
 replaced); both divided by the full logit. The first and last tokens are not ranked.
-Higher comprehensiveness is better; a lower sufficiency drop is better.
+Higher comprehensiveness is better; a lower sufficiency drop is better. This is paper
+C's definition as its authors' evaluation computes it (the target's logit, not its
+probability, divided per example by the unmasked logit, and averaged over the examples
+the model answers correctly). The logit moves with a shift of all logits, which the
+softmax ignores, and a ratio to it is unstable where the full logit is near 0 or
+negative, so :func:`faithfulness_detail` also gives the target's softmax probability
+and comprehensiveness and sufficiency on it (the same means of drops, divided by the
+full probability: a share of the probability removed, at most 1, unmoved by a shift
+of the logits).
 """
 
 from __future__ import annotations
@@ -28,6 +36,19 @@ from selfrepair.gim.backward import GIMConfig, freeze_norm, frozen, gim, with_ho
 
 METHODS = ("gim", "grad_x_input", "integrated_gradients", "deeplift", "lrp_cp")
 RATIOS = (0.5, 0.8, 0.9, 0.95, 0.99)
+# the per-example columns of :func:`evaluate` from :func:`faithfulness_detail`
+DETAIL = (
+    "comprehensiveness",
+    "sufficiency",
+    "comprehensiveness_prob",
+    "sufficiency_prob",
+    "comprehensiveness_logit",
+    "sufficiency_logit",
+    "target_logit",
+    "target_prob",
+    "foil_logit",
+    "correct",
+)
 
 
 def _embed(bridge, tokens):
@@ -111,39 +132,75 @@ def _lrp_cp(bridge):
         yield
 
 
-def _replaced_logit(bridge, tokens, pos, target, baseline_id, masks: torch.Tensor) -> torch.Tensor:
-    """Target logit for each row of ``masks`` [R, T] (True: token replaced by the baseline)."""
+def _replaced_logits(bridge, tokens, pos, baseline_id, masks: torch.Tensor) -> torch.Tensor:
+    """Logits [R, vocab] at ``pos`` for each row of ``masks`` [R, T] (True: token replaced
+    by the baseline)."""
     toks = torch.where(
         masks, torch.full_like(masks, baseline_id, dtype=tokens.dtype), tokens.expand(masks.shape[0], -1)
     )
     with torch.no_grad():
-        return bridge(toks)[:, pos, target]
+        return bridge(toks)[:, pos]
 
 
-def faithfulness_scores(bridge, tokens, pos, target, baseline_id, attribution: torch.Tensor, max_k: int = 50):
-    """(comprehensiveness, sufficiency) of one attribution [T] (first and last token unranked)."""
+def faithfulness_detail(
+    bridge, tokens, pos, target, baseline_id, attribution: torch.Tensor, max_k: int = 50, foil: int | None = None
+) -> dict:
+    """Comprehensiveness and sufficiency of one attribution [T] (first and last token
+    unranked), on the target's logit (paper C's, :func:`faithfulness_scores`) and on its
+    softmax probability at ``pos``: {"comprehensiveness", "sufficiency" (logit drops over
+    the full logit), "comprehensiveness_logit", "sufficiency_logit" (the mean logit drops
+    themselves), "comprehensiveness_prob", "sufficiency_prob" (mean probability drops
+    over the full probability), "target_logit", "target_prob"}; with ``foil`` also
+    "foil_logit" and "correct" (the target's logit above the foil's: the prompt is
+    answered)."""
     T = tokens.shape[1]
+    if attribution.shape[-1] != T:
+        raise ValueError(f"attribution has {attribution.shape[-1]} positions, the sequence {T}")
     rankable = torch.arange(1, T - 1, device=attribution.device)
     order = rankable[torch.argsort(attribution[1 : T - 1], descending=True)]
     n = len(order)
-    with torch.no_grad():
-        full = float(bridge(tokens)[0, pos, target])
+    if n == 0:
+        raise ValueError(f"a sequence of {T} tokens has no rankable token (the first and last are not ranked)")
     ks = list(range(1, min(max_k, n) + 1))
-    masks = torch.zeros(len(ks) + len(RATIOS), T, dtype=torch.bool, device=tokens.device)
+    masks = torch.zeros(1 + len(ks) + len(RATIOS), T, dtype=torch.bool, device=tokens.device)  # row 0: unmasked
     for r, k in enumerate(ks):
-        masks[r, order[:k]] = True
+        masks[1 + r, order[:k]] = True
     for r, ratio in enumerate(RATIOS):
         m = int(round(ratio * n))
         if m:
-            masks[len(ks) + r, order[n - m :]] = True
-    lg = _replaced_logit(bridge, tokens, pos, target, baseline_id, masks)
-    comp = float((full - lg[: len(ks)]).mean()) / full
-    suff = float((full - lg[len(ks) :]).mean()) / full
-    return comp, suff
+            masks[1 + len(ks) + r, order[n - m :]] = True
+    # on the host, in float64: the same softmax and means whatever device ran the model
+    logits = _replaced_logits(bridge, tokens, pos, baseline_id, masks).cpu().double()
+    lg, pr = logits[:, target], torch.softmax(logits, -1)[:, target]
+    comp, suff = slice(1, 1 + len(ks)), slice(1 + len(ks), None)
+    out = {
+        "target_logit": float(lg[0]),
+        "target_prob": float(pr[0]),
+        "comprehensiveness_logit": float((lg[0] - lg[comp]).mean()),
+        "sufficiency_logit": float((lg[0] - lg[suff]).mean()),
+        "comprehensiveness_prob": float((pr[0] - pr[comp]).mean() / pr[0]),
+        "sufficiency_prob": float((pr[0] - pr[suff]).mean() / pr[0]),
+    }
+    full = out["target_logit"]  # a full logit of exactly 0 leaves the ratio undefined: NaN
+    out["comprehensiveness"] = out["comprehensiveness_logit"] / full if full else float("nan")
+    out["sufficiency"] = out["sufficiency_logit"] / full if full else float("nan")
+    if foil is not None:
+        out["foil_logit"] = float(logits[0, foil])
+        out["correct"] = bool(lg[0] > logits[0, foil])
+    return out
+
+
+def faithfulness_scores(bridge, tokens, pos, target, baseline_id, attribution: torch.Tensor, max_k: int = 50):
+    """(comprehensiveness, sufficiency) of one attribution [T] (first and last token
+    unranked), on the target's logit as paper C defines them (:func:`faithfulness_detail`)."""
+    d = faithfulness_detail(bridge, tokens, pos, target, baseline_id, attribution, max_k)
+    return d["comprehensiveness"], d["sufficiency"]
 
 
 def evaluate(bridge, data, truth: torch.Tensor, baseline_id: int, methods=METHODS, ig_steps: int = 20) -> pd.DataFrame:
-    """One row per (example, method): comprehensiveness, sufficiency, and top-|S| agreement
+    """One row per (example, method): comprehensiveness and sufficiency on the logit (paper
+    C's) and on the probability, the target's full logit and probability, the foil's
+    logit and whether the target's is above it (:data:`DETAIL`), and top-|S| agreement
     with the truly relevant positions ``truth`` [N, T]."""
     with frozen(bridge):
         return _evaluate(bridge, data, truth, baseline_id, methods, ig_steps)
@@ -158,20 +215,12 @@ def _evaluate(bridge, data, truth, baseline_id, methods, ig_steps) -> pd.DataFra
         rel = truth[i].nonzero().flatten()
         for method in methods:
             a = attribute(bridge, tokens, pos, target, baseline_id, method, ig_steps)
-            comp, suff = faithfulness_scores(bridge, tokens, pos, target, baseline_id, a)
+            d = faithfulness_detail(bridge, tokens, pos, target, baseline_id, a, foil=int(data.foil[i]))
             inner = a.clone()
             inner[0] = inner[-1] = float("-inf")
             top = torch.topk(inner, len(rel)).indices
             hit = len(set(top.tolist()) & set(rel.tolist())) / max(1, len(rel))
-            rows.append(
-                {
-                    "example": i,
-                    "method": method,
-                    "comprehensiveness": comp,
-                    "sufficiency": suff,
-                    "ground_truth_hit": hit,
-                }
-            )
+            rows.append({"example": i, "method": method, **{k: d[k] for k in DETAIL}, "ground_truth_hit": hit})
     return pd.DataFrame(rows)
 
 
