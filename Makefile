@@ -89,6 +89,8 @@ reference: env
 	mkdir -p results/reference
 	cp results/published/summary.csv results/reference/published_summary.csv
 	-cp results/published/real_lms.csv results/reference/real_lms_claims.csv
+	-for d in results/gim/lms/*/; do m=$$(basename $$d); \
+	  cp $$d/feature_attribution.csv results/reference/real_lms_fa_$$m.csv; done
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
@@ -106,6 +108,7 @@ reference: env
 	$(BIN)/python scripts/models_manifest.py write --out results/reference/models.csv
 	$(BIN)/python benchmarks/runtime_summary.py --out results/reference/runtime.csv
 	-$(BIN)/python -m selfrepair.tooling.real_lms_table benchmarks --out results/reference/real_lms_cost.csv
+	-$(BIN)/python -m selfrepair.tooling.lm_quantization --out results/reference/real_lms_quantization.csv
 	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python -m selfrepair.tooling.readme_table
 

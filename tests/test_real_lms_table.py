@@ -101,3 +101,58 @@ def test_conventions_table_puts_each_claim_beside_its_earlier_measures(tmp_path)
     assert rt.conventions_block(tmp_path) == {}
     old.to_csv(tmp_path / "real_lms_claims_per_group.csv", index=False)
     assert rt.conventions_block(tmp_path)["real_lms_conventions"].splitlines()[2] == lines[2]
+
+
+def test_cpr_beside_cmd_says_where_the_verdicts_part():
+    t = _rows([
+        ("gemma-3-270m", "gim", "lm_gim_best_cpr_ioi", -0.23, -0.42, -0.08, "fails"),
+        ("gemma-3-270m", "gim", "lm_gim_best_cmd_ioi", -0.045, -0.083, -0.02, "holds"),
+        ("gemma-3-270m", "gim", "lm_gim_needs_tsg_ioi", 0.12, 0.08, 0.17, "holds"),
+        ("gemma-3-270m", "gim", "lm_gim_needs_tsg_cmd_ioi", 0.006, -0.001, 0.023, "inconclusive"),
+        ("gemma-3-270m", "gim", "lm_gim_needs_norm_ioi", 0.17, 0.14, 0.2, "holds"),
+        ("gemma-3-270m", "gim", "lm_gim_needs_norm_cmd_ioi", -0.09, -0.1, -0.06, "holds"),
+        ("gemma-3-270m", "coax", "lm_coax_auc_beats_baselines", 0.1, 0.0, 0.2, "holds"),  # paper B: not shown
+    ])  # fmt: skip
+    lines = rt.metrics_markdown(t).splitlines()
+    assert lines[0] == "| model | claim | CPR (higher is better) | CMD (lower is better) | the two |"
+    assert lines[2:] == [
+        "| Gemma-3-270M | ioi: GIM beats EAP and EAP-IG | -0.23 [-0.42, -0.08] fails | -0.045 [-0.083, -0.02] holds | opposite |",
+        "| Gemma-3-270M | ioi: GIM needs TSG | 0.12 [0.08, 0.17] holds | 0.006 [-0.001, 0.023] inconclusive | differ |",
+        "| Gemma-3-270M | ioi: GIM needs gradient normalization | 0.17 [0.14, 0.2] holds | -0.09 [-0.1, -0.06] holds | agree |",
+    ]  # the norm freeze has neither row: left out
+
+
+def _fa(model="smollm2-135m"):
+    # two prompts, two methods; prompt 1 not answered (IO's logit below S's)
+    return pd.DataFrame({
+        "model": model, "example": [0, 0, 1, 1], "method": ["gim", "grad_x_input"] * 2,
+        "comprehensiveness": [0.5, 0.25, 9.0, 15.0], "comprehensiveness_prob": [0.9, 0.8, 0.7, 0.6],
+        "target_logit": [4.0, 4.0, -0.5, -0.5], "foil_logit": [2.0, 2.0, 3.0, 3.0],
+        "target_prob": [0.2, 0.2, 0.001, 0.001], "correct": [True, True, False, False],
+    })  # fmt: skip
+
+
+def test_fa_table_shows_each_prompt_and_the_means(tmp_path):
+    lines = rt.fa_markdown({"smollm2-135m": _fa()}).splitlines()
+    assert lines[0] == (
+        "| model | prompt | IO logit | S logit | answered | P(IO) | gim comp. | grad_x_input comp. "
+        "| gim comp. (prob) | grad_x_input comp. (prob) |"
+    )
+    assert lines[2] == "| SmolLM2-135M | 0 | 4 | 2 | yes | 0.2 | 0.5 | 0.25 | 0.9 | 0.8 |"
+    assert lines[3] == "| SmolLM2-135M | 1 | -0.5 | 3 | no | 0.001 | 9 | 15 | 0.7 | 0.6 |"
+    assert lines[4] == "| SmolLM2-135M | mean, all 2 |  |  |  |  | 4.75 | 7.62 | 0.8 | 0.7 |"  # (0.25 + 15) / 2
+    assert lines[5] == "| SmolLM2-135M | mean, the 1 answered |  |  |  |  | 0.5 | 0.25 | 0.9 | 0.8 |"
+    assert lines[6] == "| SmolLM2-135M | median, the 1 answered |  |  |  |  | 0.5 | 0.25 | 0.9 | 0.8 |"
+    # the block: each model's reference copy, in the models' order; none, no block
+    assert rt.fa_block(tmp_path) == {}
+    _fa("gemma-3-270m").to_csv(tmp_path / "real_lms_fa_gemma-3-270m.csv", index=False)
+    _fa().to_csv(tmp_path / "real_lms_fa_smollm2-135m.csv", index=False)
+    block = rt.fa_block(tmp_path)["real_lms_fa"].splitlines()
+    assert block[2].startswith("| SmolLM2-135M | 0 |") and block[7].startswith("| Gemma-3-270M | 0 |")
+
+
+def test_fa_table_refuses_an_older_table():
+    import pytest
+
+    with pytest.raises(ValueError, match="rerun"):
+        rt.fa_markdown({"smollm2-135m": _fa().drop(columns=["correct"])})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import doc_blocks, peers_table, real_lms_table
+from selfrepair.tooling import doc_blocks, lm_quantization, peers_table, real_lms_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -341,6 +341,8 @@ RENDERERS = {
     "groundtruth_findings": ("published_summary", _groundtruth_findings),
     "groundtruth_agreement": ("groundtruth_agreement", groundtruth_agreement_markdown),
     "real_lms": ("real_lms_claims", real_lms_table.full_markdown),
+    "real_lms_cpr_cmd": ("real_lms_claims", real_lms_table.metrics_markdown),
+    "real_lms_quantization": ("real_lms_quantization", lm_quantization.summary_markdown),
     "real_lms_cost": ("real_lms_cost", real_lms_table.cost_markdown),
     "benchmark_peers_coax_lm": ("benchmark_peers_coax_lm", peers_table.coax_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
@@ -352,7 +354,7 @@ RENDERERS = {
 }
 
 # every block this module renders (one whose reference file is absent keeps its text)
-NAMES = ("headline", "published", "real_lms_conventions", *PLAIN, *RENDERERS)
+NAMES = ("headline", "published", "real_lms_conventions", "real_lms_fa", *PLAIN, *RENDERERS)
 
 
 def blocks() -> dict[str, str]:
@@ -368,6 +370,7 @@ def blocks() -> dict[str, str]:
         real = REFERENCE / "real_size.csv"
         out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
     out.update(real_lms_table.conventions_block(REFERENCE))
+    out.update(real_lms_table.fa_block(REFERENCE))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():

@@ -108,6 +108,92 @@ def conventions_block(reference: Path) -> dict[str, str]:
     return {"real_lms_conventions": conventions_markdown(pd.read_csv(now), before)}
 
 
+def _agreement(a: str, b: str) -> str:
+    """How two verdicts on one claim relate: the same, opposite (one holds where the other
+    fails), or one decided where the other is not."""
+    if a == b:
+        return "agree"
+    if {a, b} == {"holds", "fails"}:
+        return "opposite"
+    return "differ"
+
+
+def metrics_markdown(t: pd.DataFrame) -> str:
+    """Paper C's claims that are tested on both of MIB's metrics, CPR beside CMD, a row per
+    (model, claim) (the pairs of :func:`selfrepair.gim.lm_claims.metric_pairs`, for each
+    task the claims table has): each metric's measure, interval and verdict, and whether
+    the verdicts agree, differ (one decided, the other not, or not run) or are opposite."""
+    from selfrepair.gim.lm_claims import metric_pairs
+
+    g = t[t["paper"] == "gim"]
+    prefix = "lm_gim_best_cpr_"
+    lines = ["| model | claim | CPR (higher is better) | CMD (lower is better) | the two |", "|---|---|---|---|---|"]
+    for model, m in g.groupby("model", sort=False):
+        by_id = {r["id"]: r for r in m.to_dict("records")}
+        tasks = [i.removeprefix(prefix) for i in m["id"] if i.startswith(prefix)]
+        for task in tasks:
+            for claim, cpr_id, cmd_id in metric_pairs(task):
+                if cpr_id not in by_id and cmd_id not in by_id:
+                    continue
+                a, b = by_id.get(cpr_id), by_id.get(cmd_id)
+                cells = [_cell(a) if a else "(absent)", _cell(b) if b else "(absent)"]
+                how = _agreement(a["verdict"], b["verdict"]) if a and b else ""
+                lines.append(f"| {MODEL_LABELS.get(model, model)} | {claim} | {cells[0]} | {cells[1]} | {how} |")
+    return "\n".join(lines)
+
+
+# paper C's feature attribution per IOI prompt: the reference copies of rule gim_lm's
+# feature_attribution.csv are named by this prefix and the model; the columns they need
+FA_PROMPT = "real_lms_fa_"
+FA_NEEDS = ("example", "method", "comprehensiveness", "comprehensiveness_prob", "target_logit", "target_prob",
+            "foil_logit", "correct")  # fmt: skip
+
+
+def fa_markdown(tables: dict[str, pd.DataFrame]) -> str:
+    """The feature attribution's comprehensiveness per IOI prompt ({model: rule gim_lm's
+    feature_attribution.csv}): the IO name's and the subject's logit, whether the prompt is
+    answered (IO's above S's), the IO name's probability, and each method's
+    comprehensiveness on the logit (paper C's) and on the probability; then per model the
+    mean over all prompts and over the answered ones, and the median of the answered."""
+    cols = ["model", "prompt", "IO logit", "S logit", "answered", "P(IO)"]
+    methods = list(dict.fromkeys(m for t in tables.values() for m in t["method"]))
+    cols += [f"{m} comp." for m in methods] + [f"{m} comp. (prob)" for m in methods]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for model, t in tables.items():
+        if missing := [c for c in FA_NEEDS if c not in t.columns]:
+            raise ValueError(f"{model}'s feature attribution table lacks {missing} (an older gim_lm wrote it: rerun)")
+        label = MODEL_LABELS.get(model, model)
+        comp, prob = (
+            t.pivot_table(index="example", columns="method", values=v).reindex(columns=methods)
+            for v in ("comprehensiveness", "comprehensiveness_prob")
+        )
+        first = t.drop_duplicates("example").set_index("example").sort_index()
+        answered = first["correct"].astype(bool)
+        for i, r in first.iterrows():
+            cells = [label, str(i), _v(r["target_logit"]), _v(r["foil_logit"]), "yes" if answered[i] else "no",
+                     _v(r["target_prob"])] + [_v(comp.loc[i, m]) for m in methods] + [_v(prob.loc[i, m]) for m in methods]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+        keep = answered[answered].index
+        for what, c, p in (
+            (f"mean, all {len(first)}", comp.mean(), prob.mean()),
+            (f"mean, the {len(keep)} answered", comp.loc[keep].mean(), prob.loc[keep].mean()),
+            (f"median, the {len(keep)} answered", comp.loc[keep].median(), prob.loc[keep].median()),
+        ):
+            cells = [label, what, "", "", "", ""] + [_v(c[m]) for m in methods] + [_v(p[m]) for m in methods]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fa_block(reference: Path) -> dict[str, str]:
+    """{"real_lms_fa": :func:`fa_markdown`} of the reference folder's per-model copies of
+    gim_lm's feature_attribution.csv (``real_lms_fa_<model>.csv``), where there are any."""
+    files = sorted(Path(reference).glob(f"{FA_PROMPT}*.csv"))
+    tables = {f.stem.removeprefix(FA_PROMPT): pd.read_csv(f) for f in files}
+    order = list(MODEL_LABELS)
+    tables = dict(sorted(tables.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    return {"real_lms_fa": fa_markdown(tables)} if tables else {}
+
+
 # benchmark files of the real-LM rules, relative to benchmarks/: (path parts before the
 # model's name, file name) -> the rule that writes it
 COST_RULES = {
