@@ -389,7 +389,8 @@ def test_a_gguf_gone_after_its_conversion_is_stood_in_for_by_its_folder(own_gguf
 def test_a_braced_gguf_name_under_a_search_path_runs_and_its_results_outlive_the_file(tmp_path):
     """model{v2}.gguf named bare, found under the entry's search path: the DAG builds (it
     stopped at a WildcardError), the analysis runs; the file deleted, nothing reruns and the
-    parse says what stands in for it; the converted folder edited, the forced rerun stops."""
+    parse says what stands in for it; put back, nothing reruns either; the converted folder
+    edited, the forced rerun stops."""
     import os
     import subprocess
 
@@ -433,6 +434,12 @@ def test_a_braced_gguf_name_under_a_search_path_runs_and_its_results_outlive_the
     assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
     assert f"own.0.model: tiny{{v2}}.gguf is gone; results/lms/{key}/model, converted from it, stands in" in r.stderr
     assert scores.read_bytes() == kept
+    # put back (a new modification time, the same bytes): nothing is converted or analysed again
+    tiny_gguf.write(tiny_gguf.llama(), path)
+    assert local_files.file_key(path) == key
+    r = snakemake("-n")
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert "is gone" not in r.stderr
     w = wd / "results/lms" / key / "model/model.safetensors"
     data = bytearray(w.read_bytes())
     data[-1] ^= 1

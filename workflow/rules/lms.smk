@@ -13,13 +13,6 @@ LM_DIR = _local_files.LMS_DIR
 
 
 rule lm_convert:
-    input:
-        # a user's file (a packaged model's comes from its package); not one whose path
-        # holds a brace, which Snakemake cannot take as an input: its folder's name holds
-        # its content's SHA-256, and the job checks the file against it
-        gguf=lambda w: [
-            f for f in [GGUF_FILES.get(w.lm)] if f and not set("{}") & set(f)
-        ],
     output:
         folder=directory(f"{LM_DIR}/{{lm}}/model"),
     log:
@@ -33,6 +26,10 @@ rule lm_convert:
     resources:
         mem_mb=4000,
     params:
+        # a user's file (a packaged model's comes from its package): not an input, whose
+        # time would reconvert a file put back or touched; the folder's name holds the
+        # content's SHA-256, and the job checks the file against it (any legal path: one
+        # with a brace is no input Snakemake takes)
         file=lambda w: GGUF_FILES.get(w.lm),
         device="cpu",
         numerics=NUMERICS,
