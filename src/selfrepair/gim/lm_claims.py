@@ -1,7 +1,9 @@
 """Paper C's claims about its method, tested on a packaged real LM (rule ``gim_lm``'s
 tables): GIM has the best CPR and the best CMD of the gradient methods; each of its
 three modifications matters, on CPR and on CMD (MIB's two metrics, each claim with its
-own verdict); its feature attribution is more comprehensive than Gradient x Input. One row per (claim, solved task) (:mod:`selfrepair.core.real_claims`); the
+own verdict); its feature attribution is more comprehensive than Gradient x Input (on the
+IOI prompts the model answers, on the target's logit as paper C defines it and on its
+probability). One row per (claim, solved task) (:mod:`selfrepair.core.real_claims`); the
 published figures are about MIB's models, which stay *not run* in paper C's own table.
 """
 
@@ -109,7 +111,11 @@ def _fa_rows(model: str, fa: pd.DataFrame | None) -> list[dict]:
     rows = []
     for cid, col, what in FA_CLAIMS:
         w = kept.pivot_table(index="example", columns="method", values=col)
-        d = (w["gim"] - w["grad_x_input"]).dropna() if {"gim", "grad_x_input"} <= set(w.columns) else pd.Series([])
+        d = (
+            (w["gim"] - w["grad_x_input"]).dropna()
+            if {"gim", "grad_x_input"} <= set(w.columns)
+            else pd.Series([], dtype=float)
+        )
         ci = t_interval(d.to_numpy(dtype=float))
         note = (f"{what}, GIM minus Gradient x Input, paired over the {len(d)} of {n_all} IOI prompts the model "
                 f"answers (IO's logit above S's), Student-t 95% interval")  # fmt: skip
