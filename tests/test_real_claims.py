@@ -210,8 +210,7 @@ def test_coax_lm_claims_from_hand_made_tables():
 
 
 def test_labels_that_flip_across_truth_prompts_widen_the_auc_interval():
-    from selfrepair.coax.lm_claims import label_bootstrap
-    from selfrepair.coax.lm_claims import _auc_gap
+    from selfrepair.coax.lm_claims import _auc_gap, label_bootstrap
 
     # the same backups on all four truth prompts, against backups that only two prompts
     # (one of each template) pick: on all four, L0H0 and L0H1 (beta 1.5 against 1.45);

@@ -112,7 +112,9 @@ def label_bootstrap(scores: pd.DataFrame, truth: pd.DataFrame, share: float, sta
                 return float("nan")
             if resample:
                 pos, neg = np.flatnonzero(y), np.flatnonzero(~y)
-                pick = np.concatenate([pos[rng.integers(0, len(pos), len(pos))], neg[rng.integers(0, len(neg), len(neg))]])
+                pick = np.concatenate(
+                    [pos[rng.integers(0, len(pos), len(pos))], neg[rng.integers(0, len(neg), len(neg))]]
+                )
                 g, y = g.iloc[pick], y[pick]
             per.append(stat(g, y))
         return float(np.mean(per))
@@ -197,7 +199,9 @@ def _label_rows(model: str, seeding: str, scores: pd.DataFrame, truth: pd.DataFr
 def _induction_row(model: str, seq: pd.DataFrame | None) -> dict:
     cid, claim = "lm_coax_induction_beats_random", "COAX's induction sets lower the log-prob more than random sets"
     if seq is None or seq.empty:
-        return R.not_run(model, PAPER, cid, claim, PUB["induction"], "its part did not run (coax_lm's status.csv says why)")
+        return R.not_run(
+            model, PAPER, cid, claim, PUB["induction"], "its part did not run (coax_lm's status.csv says why)"
+        )
     per = (seq["drop_coax"] - seq["drop_random"]).groupby(seq["sequence"]).mean()
     d = prompt_bootstrap(pd.DataFrame({"v": per.to_numpy(), "data_seed": 0}), lambda t: t["v"].mean())
     ks = ", ".join(str(int(k)) for k in sorted(seq["k"].unique()))

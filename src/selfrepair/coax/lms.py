@@ -114,7 +114,9 @@ def truth_seeds(bridge, truth, templates, n_primary: int, share: float, max_rows
         prim = [parse(u) for u in prim_names]
         cands, upstream = lm_seeds.downstream(heads, prim)
         if not cands:
-            raise ValueError(f"{seeding}: no head lies after the earliest primary ({' '.join(prim_names)}): no backup candidate")
+            raise ValueError(
+                f"{seeding}: no head lies after the earliest primary ({' '.join(prim_names)}): no backup candidate"
+            )
         cn = [c.name for c in cands]
         mat = lm_seeds.truth_matrix(pfx, truth, prim, cands, max_rows)
         cb = lm_seeds.backups_from(mat, cn, share)
@@ -124,7 +126,9 @@ def truth_seeds(bridge, truth, templates, n_primary: int, share: float, max_rows
         up = t["unit"].isin({h.name for h in upstream})
         t["role"] = np.select([t["primary"], t["backup"], up], ["primary", "backup", "upstream"], "other")
         t.loc[t["backup"], "how"] = "conditional ablation: top beta = drop with primaries ablated - drop alone"
-        t.loc[up, "how"] = "not a candidate: at or before the earliest primary's layer, it cannot respond to their ablation"
+        t.loc[up, "how"] = (
+            "not a candidate: at or before the earliest primary's layer, it cannot respond to their ablation"
+        )
         t.insert(0, "seeding", seeding)
         t.insert(0, "task", "ioi")
         tables["heads"].append(t)
