@@ -187,9 +187,15 @@ def tiny_gguf_file(tmp_path_factory):
     import tiny_gguf
     from selfrepair.core import gguf_files
 
+    from selfrepair.core import runtime
+
     d = tmp_path_factory.mktemp("own_gguf")
     path = tiny_gguf.write(tiny_gguf.llama(), d / "tiny.gguf")
-    gguf_files.convert(path, d / "converted", {"name": "tiny", "file": "tiny.gguf"})
+    job, runtime.JOB = runtime.JOB, None  # converted outside any job: no made_by in its record
+    try:
+        gguf_files.convert(path, d / "converted", {"name": "tiny", "file": "tiny.gguf"})
+    finally:
+        runtime.JOB = job
     return path, d / "converted"
 
 

@@ -132,6 +132,7 @@ def scores_written(tmp_path, monkeypatch):
     runtime.write_records(runtime.job_record(_smk("heroes_scores", outputs=out)))
     monkeypatch.setattr(runtime, "_launched_from_snakemake_scripts", lambda: True)
     monkeypatch.setattr(runtime, "_TRACKED", False)
+    monkeypatch.setattr(runtime, "JOB", None)  # track() names the job: undone after the test
     monkeypatch.setattr("atexit.register", lambda *a, **k: None)  # no records written at this test's exit
     monkeypatch.setattr("sys.excepthook", sys.excepthook)
     inputs = [*out, "results/heroes/sort/seed42/model", "results/heroes/sort/seed42/train_log.csv"]
