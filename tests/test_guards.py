@@ -185,9 +185,7 @@ def test_a_damaged_record_names_itself_and_the_way_out(claims_job, tmp_path, tex
 def tiny_gguf_file(tmp_path_factory):
     """A tiny Llama as a GGUF file and the folder it converts into (outside any run)."""
     import tiny_gguf
-    from selfrepair.core import gguf_files
-
-    from selfrepair.core import runtime
+    from selfrepair.core import gguf_files, runtime
 
     d = tmp_path_factory.mktemp("own_gguf")
     path = tiny_gguf.write(tiny_gguf.llama(), d / "tiny.gguf")
@@ -330,15 +328,21 @@ def test_a_bare_gguf_name_is_looked_up_in_search_paths(tiny_gguf_file, tmp_path,
 
 
 def test_a_gguf_found_nowhere_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    """In the words the README's table gathers as "weights absent" (tooling.readme_table)."""
     from selfrepair.core import models
+    from selfrepair.tooling.readme_table import absent_models
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(models.ModelNotFound) as err:
         models.resolve_local("m.gguf", ["a", "b"])
     assert str(err.value) == (
-        "GGUF file not found for 'm.gguf' (looked at m.gguf, a/m.gguf, b/m.gguf), and no folder converted from it "
-        "under results/lms: give the path of the .gguf file, or the folder that holds it in search_paths"
+        "weights not found for 'm.gguf' (looked at m.gguf, a/m.gguf, b/m.gguf); no GGUF file there, and no folder "
+        "converted from it under results/lms: give the path of the .gguf file, or the folder that holds it in "
+        "search_paths"
     )
+    assert absent_models([str(err.value)]) == {
+        "m.gguf": ("weights not found (looked at m.gguf, a/m.gguf, b/m.gguf)", 1)
+    }
 
 
 def test_a_folder_named_like_a_gguf_file_is_said_to_be_a_folder(tiny_gguf_file, tmp_path):

@@ -194,8 +194,9 @@ def resolve_local(name_or_path: str, search_paths: list[str] | None = None) -> P
                 f"into {want} (rule lm_convert: snakemake {want}; or gguf_files.convert in Python)"
             )
         raise ModelNotFound(
-            f"GGUF file not found for {name_or_path!r} (looked at {where}), and no folder converted from it "
-            "under results/lms: give the path of the .gguf file, or the folder that holds it in search_paths"
+            f"weights not found for {name_or_path!r} (looked at {where}); no GGUF file there, and no folder "
+            "converted from it under results/lms: give the path of the .gguf file, or the folder that holds it "
+            "in search_paths"
         )
     if found is None:
         raise ModelNotFound(
