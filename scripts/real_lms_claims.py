@@ -12,6 +12,7 @@ from selfrepair.gim.lm_claims import lm_claims as gim_claims
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
+runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 
 
 def read(path):

@@ -673,3 +673,28 @@ def test_a_rerun_from_the_folder_of_a_gone_file_says_so_in_its_row(own_gguf, tmp
     assert run._gone(entry) == ""
     (tmp_path / "models/tiny.gguf").unlink()
     assert run._gone(entry) == "models/tiny.gguf is gone: analysed from the folder converted from it"
+
+
+# ------------------------------------------------ every verdict and figure checks ----
+def verdict_and_figure_scripts() -> dict[str, str]:
+    """{script: rule file} of the rules whose outputs are published tables or figures."""
+    out = {}
+    for f in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        for block in re.split(r"\n(?=\s*rule\b[^\n]*:)", f.read_text()):
+            script = re.search(r'script:\s*\n\s*"\.\./\.\./scripts/(\w+\.py)"', block)
+            if not script or "output:" not in block:
+                continue
+            outputs = re.split(r"\n\s{4}\w+:", block.split("output:", 1)[1])[0]
+            if "published" in outputs or ".png" in outputs:
+                out[script.group(1)] = f.name
+    return out
+
+
+def test_every_rule_that_writes_a_verdict_or_a_figure_checks_what_it_reads():
+    """Strictly (a table without a record stops it too): the real-LM claims and an own:
+    entry's figure did not, so a tables folder copied in by hand was read as it was."""
+    scripts = verdict_and_figure_scripts()
+    assert {"real_lms_claims.py", "own_figure.py", "heroes_published.py", "published_summary.py"} <= set(scripts)
+    unchecked = [s for s in scripts if "runtime.check_inputs(smk" not in (ROOT / "scripts" / s).read_text()]
+    unchecked = [s for s in unchecked if "runtime.check_inputs(snakemake" not in (ROOT / "scripts" / s).read_text()]
+    assert unchecked == []
