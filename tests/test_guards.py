@@ -435,6 +435,8 @@ def test_a_braced_gguf_name_under_a_search_path_runs_and_its_results_outlive_the
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     status = pd.read_csv(wd / "results/own/status.csv")
     assert list(status["status"]) == ["ran"] and list(status["folder"]) == [f"results/lms/{key}/model"]
+    source = json.loads((wd / "results/lms" / key / "model/selfrepair.json").read_text())["source"]
+    assert source["file"] == str(path.resolve()) and source["path"] == str(path.absolute())
     scores = wd / "results/own/g/coax/scores.csv"
     kept = scores.read_bytes()
     assert len(kept) > 100
@@ -698,3 +700,45 @@ def test_every_rule_that_writes_a_verdict_or_a_figure_checks_what_it_reads():
     unchecked = [s for s in scripts if "runtime.check_inputs(smk" not in (ROOT / "scripts" / s).read_text()]
     unchecked = [s for s in unchecked if "runtime.check_inputs(snakemake" not in (ROOT / "scripts" / s).read_text()]
     assert unchecked == []
+
+
+def test_a_gguf_that_cannot_be_read_is_named_at_parse_with_its_key(tmp_path, monkeypatch):
+    """Hashed at parse for its folder's name: an unreadable file was a traceback there."""
+    from selfrepair.core import local_files
+
+    monkeypatch.chdir(tmp_path)
+    Path("a.gguf").write_bytes(b"GGUF a")
+    Path("b.gguf").write_bytes(b"GGUF b")
+
+    def refuse(path):
+        if str(path).endswith("b.gguf"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    monkeypatch.setattr(local_files, "file_sha256", refuse)
+    local_files._key.cache_clear()
+    files, problems = local_files.named_files([("a.gguf", [], "own.0.model"), ("b.gguf", [], "gim.mib.models")])
+    assert files == {f"a-{_sha16(b'GGUF a')}": "a.gguf"}
+    assert problems == [
+        "gim.mib.models: b.gguf cannot be read (Permission denied): make it readable, or name another model"
+    ]
+    local_files._key.cache_clear()
+
+
+def test_a_gguf_named_by_a_link_is_found_by_the_links_path_once_gone(own_gguf, tmp_path):
+    """The record names the file the link pointed to and the link's own path."""
+    import os
+
+    from selfrepair.core import local_files
+
+    entry, folder, _ = own_gguf
+    os.symlink(tmp_path / "models/tiny.gguf", tmp_path / "link.gguf")
+    meta = json.loads((folder / "selfrepair.json").read_text())
+    meta["source"]["path"] = str(Path("link.gguf").absolute())  # as rule lm_convert records a link
+    (folder / "selfrepair.json").write_text(json.dumps(meta))
+    key = folder.parent.name
+    # link.gguf's stem differs from tiny's: its converted folder would be link-<sha16>
+    assert local_files.gguf_key("link.gguf") == f"link-{key.split('-')[-1]}"
+    os.rename(folder.parent, tmp_path / "results/lms" / f"link-{key.split('-')[-1]}")
+    (tmp_path / "link.gguf").unlink()
+    assert local_files.recorded_conversion("link.gguf") == Path("results/lms") / f"link-{key.split('-')[-1]}" / "model"

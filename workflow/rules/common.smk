@@ -351,12 +351,11 @@ _GGUF_NAMED = [
     )
     for n in names
 ]
-GGUF_FILES = {}
-for _name, _paths, _ in _GGUF_NAMED:
-    GGUF_FILES.update(_local_files.user_files([_name], _paths))
-if (
-    workflow.is_main_process
-):  # a file gone, its converted folder kept: said once, at parse
+GGUF_FILES, _problems = _local_files.named_files(_GGUF_NAMED)
+if _problems:
+    raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
+# a file gone, its converted folder kept: said once, at parse
+if workflow.is_main_process:
     for _line in _local_files.gone_files(_GGUF_NAMED):
         print(_line, file=_sys.stderr)
 

@@ -84,6 +84,7 @@ def recorded_conversion(name: str | Path, search_paths=None, root: str | Path = 
     import json
 
     wanted = {str(c.resolve()) for c in _gguf_candidates(name, search_paths)}
+    wanted |= {str(c.absolute()) for c in _gguf_candidates(name, search_paths)}  # a link, by its own path
     found = []
     for folder in Path(root).glob(f"{safe_stem(name)}-*/model"):
         try:
@@ -91,7 +92,7 @@ def recorded_conversion(name: str | Path, search_paths=None, root: str | Path = 
             source = json.loads(rec.read_text()).get("source") or {}
         except (OSError, ValueError, AttributeError):
             continue
-        if isinstance(source, dict) and source.get("file") in wanted:
+        if isinstance(source, dict) and {source.get("file"), source.get("path")} & wanted:
             found.append((rec.stat().st_mtime_ns, str(folder)))
     return Path(max(found)[1]) if found else None
 
@@ -116,6 +117,21 @@ def user_files(names, search_paths=None) -> dict[str, str]:
         if f is not None:
             out[file_key(f)] = str(f)
     return out
+
+
+def named_files(named) -> tuple[dict[str, str], list[str]]:
+    """({:func:`file_key`: path} of the GGUF files among (name, search paths, config key)
+    triples, one line per file that cannot be read, naming its key and the way out): what
+    the workflow converts, checked at parse, not a traceback there."""
+    files, problems = {}, []
+    for name, search_paths, where in named:
+        try:
+            files.update(user_files([name], search_paths))
+        except OSError as err:
+            problems.append(
+                f"{where}: {name} cannot be read ({err.strerror or err}): make it readable, or name another model"
+            )
+    return files, problems
 
 
 def gone_files(named) -> list[str]:
