@@ -742,3 +742,31 @@ def test_a_gguf_named_by_a_link_is_found_by_the_links_path_once_gone(own_gguf, t
     os.rename(folder.parent, tmp_path / "results/lms" / f"link-{key.split('-')[-1]}")
     (tmp_path / "link.gguf").unlink()
     assert local_files.recorded_conversion("link.gguf") == Path("results/lms") / f"link-{key.split('-')[-1]}" / "model"
+
+
+def test_finished_results_of_a_gguf_gone_with_its_folder_stop_the_parse(own_gguf, tmp_path):
+    """Nothing then stands in for the model: a rerun would replace the results by a not-run
+    row, so the run stops before, naming them and the ways out."""
+    import shutil
+
+    from selfrepair.own.entries import lost_models
+
+    entry, folder, _ = own_gguf
+    entry = {**entry, "analyses": ["edges", "coax"]}
+    d = tmp_path / "results/own/g/coax"
+    d.mkdir(parents=True)
+    (d / "status.csv").write_text(
+        "name,analysis,status,reason,model,folder,identity,task,dataset_sha256\n"
+        f"g,coax,ran,4 pairs,models/tiny.gguf,{folder},abc,ioi,built-in:ioi\n"
+    )
+    assert lost_models([entry]) == []  # the file is there
+    (tmp_path / "models/tiny.gguf").unlink()
+    assert lost_models([entry]) == []  # its folder stands in
+    shutil.rmtree(folder)
+    assert lost_models([entry]) == [
+        f"own.0.model (g): models/tiny.gguf is gone, and so is {folder} converted from it, while results/own/g/coax "
+        "holds results made from it, which a rerun would replace by a not-run row. Put the file back, or delete "
+        "results/own/g to have the entry say it is not found"
+    ]
+    (d / "status.csv").write_text((d / "status.csv").read_text().replace(",ran,", ",not run,"))
+    assert lost_models([entry]) == []  # nothing made from it to keep

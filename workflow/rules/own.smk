@@ -15,7 +15,7 @@ from selfrepair.own import entries as _own  # noqa: E402  imports no torch
 
 OWN = config.setdefault("own", [])
 _own.fill_defaults(OWN, check_config(OWN, "own.schema.yaml", "own"))
-_problems = _own.problems(OWN)
+_problems = _own.problems(OWN) + _own.lost_models(OWN)
 if _problems:
     raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
 OWN_BY_NAME = {e["name"]: e for e in OWN}

@@ -115,3 +115,34 @@ def presence(task: str) -> str:
         return task
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
     return " ".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files) or f"{task}: absent"
+
+
+def lost_models(entries: list[dict], root: str | Path = "results/own") -> list[str]:
+    """One line per entry whose .gguf is gone, and the folder converted from it too, while
+    its finished results (a status row that ran on that model) are there: a rerun would
+    replace them by "not run" rows, so the run stops at parse, naming both and the ways out."""
+    import csv
+
+    from selfrepair.core.local_files import gguf_key, is_gguf_path
+
+    out = []
+    for i, e in enumerate(entries):
+        model = str(e.get("model", ""))
+        if not is_gguf_path(model) or gguf_key(model, e.get("search_paths") or []) is not None:
+            continue
+        for kind in e.get("analyses", []):
+            f = Path(root) / str(e["name"]) / kind / "status.csv"
+            try:
+                rows = list(csv.DictReader(f.open(newline=""))) if f.is_file() else []
+            except (OSError, csv.Error, UnicodeDecodeError):
+                rows = []
+            ran = [r for r in rows if r.get("status") == "ran" and r.get("model") == model]
+            if ran:
+                out.append(
+                    f"own.{i}.model ({e['name']}): {model} is gone, and so is {ran[0].get('folder') or 'the folder'} "
+                    f"converted from it, while {f.parent} holds results made from it, which a rerun would replace "
+                    f"by a not-run row. Put the file back, or delete {Path(root) / str(e['name'])} to have the entry "
+                    "say it is not found"
+                )
+                break
+    return out
