@@ -180,16 +180,16 @@ def test_coax_lm_runs_every_part(tiny_lm, tmp_path):
         layer = ioi_h["unit"].str[1].astype(int)
         assert set(ioi_h.loc[(layer <= first) & (ioi_h.role != "primary"), "role"]) <= {"upstream"}
         n_cand = int(((layer > first) & (ioi_h.role != "primary")).sum())
-        # the candidates' quarter, rounded, at least 1, beta > 0
+        # a quarter of the heads other than the primaries, rounded, at least 1, beta > 0
         back = ioi_h[ioi_h.role == "backup"]
-        assert len(back) <= max(1, round(0.25 * n_cand)) and (back.beta > 0).all()
+        assert len(back) <= max(1, round(0.25 * (n_heads - 2))) and (back.beta > 0).all()
         if seeding == "single_drop":  # the primaries: the largest mean single drops
             assert set(ioi_h.nlargest(2, "drop")["unit"]) == set(ioi_h.loc[ioi_h.role == "primary", "unit"])
         # the backups again from the per-prompt matrix of ioi_truth: the same
         truth = pd.read_csv(tmp_path / "ioi_truth.csv")
-        mat, units, tmpl = lm_seeds.matrix_from_table(truth[truth.seeding == seeding])
-        assert len(units) == n_cand and list(tmpl) == ["ABBA", "BABA", "ABBA"]
-        again = lm_seeds.backups_from(mat, units, 0.25)
+        mat, units, tmpl, n_other = lm_seeds.matrix_from_table(truth[truth.seeding == seeding])
+        assert len(units) == n_cand and list(tmpl) == ["ABBA", "BABA", "ABBA"] and n_other == n_heads - 2
+        again = lm_seeds.backups_from(mat, units, 0.25, None, n_other)
         assert set(again.loc[again.backup, "unit"]) == set(back["unit"])
     disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
     for _, d in disc.groupby("seeding"):

@@ -121,7 +121,7 @@ def _truth(betas, seeding="name_movers"):
     b = np.asarray(betas, float)
     n, k = b.shape
     mat = np.vstack([np.full(k, 5.0), np.full(k, 4.0), np.full((n, k), 5.0), 4.0 - b])
-    return lm_seeds.matrix_table(mat, [f"L0H{i}" for i in range(n)], lm_seeds.template_names(k), seeding)
+    return lm_seeds.matrix_table(mat, [f"L0H{i}" for i in range(n)], lm_seeds.template_names(k), seeding, n)
 
 
 def _scores():

@@ -76,8 +76,8 @@ def prompt_bootstrap(prompts: pd.DataFrame, stat, n_boot: int = N_BOOT, seed: in
 def _labels(truth: pd.DataFrame, share: float, cols=None) -> set[str]:
     """The backups chosen on the truth prompts ``cols`` (all by default) of one seeding's
     conditional-ablation matrix (``ioi_truth``)."""
-    mat, units, _ = lm_seeds.matrix_from_table(truth)
-    t = lm_seeds.backups_from(mat, units, share, cols)
+    mat, units, _, n_other = lm_seeds.matrix_from_table(truth)
+    t = lm_seeds.backups_from(mat, units, share, cols, n_other)
     return set(t.loc[t["backup"], "unit"])
 
 
@@ -100,7 +100,7 @@ def label_bootstrap(scores: pd.DataFrame, truth: pd.DataFrame, share: float, sta
     labels leave no backup (or no other head) gives no value and is counted
     (``no_labels``)."""
     rng = np.random.default_rng(seed)
-    _, _, templates = lm_seeds.matrix_from_table(truth)
+    _, _, templates, _ = lm_seeds.matrix_from_table(truth)
     t_groups = [np.flatnonzero(templates == t) for t in dict.fromkeys(templates)]
     sets = [g for _, g in scores.groupby("data_seed")] if "data_seed" in scores else [scores]
 

@@ -133,12 +133,14 @@ def truth_matrix(pfx: Prefix, prompts: IOIPrompts, primaries, cands, max_rows: i
     return per_prompt(pfx, prompts, sets, max_rows)
 
 
-def backups_from(matrix: np.ndarray, units, share: float, cols=None) -> pd.DataFrame:
+def backups_from(matrix: np.ndarray, units, share: float, cols=None, n_other: int | None = None) -> pd.DataFrame:
     """The conditional-ablation backups from :func:`truth_matrix`'s rows, on the prompts
     ``cols`` (all by default; repeats allowed, as a bootstrap resample has): per
     candidate ``single`` = m() - m(u), ``conditional`` = m(P) - m(P + u), ``beta`` =
-    conditional - single, and ``backup``: among the top ``round(share * n)`` (at least
-    1) by beta, beta > 0 (m: the mean logit difference over the prompts)."""
+    conditional - single, and ``backup``: among the top ``round(share * n_other)`` (at
+    least 1) by beta, beta > 0 (m: the mean logit difference over the prompts;
+    ``n_other``: the model's heads other than the primaries, the count GPT-2 small's 8
+    documented backups of 141 are a share of; the candidates' count by default)."""
     m = matrix if cols is None else matrix[:, np.asarray(cols)]
     m = m.mean(1)
     n = len(units)
@@ -146,37 +148,42 @@ def backups_from(matrix: np.ndarray, units, share: float, cols=None) -> pd.DataF
         raise ValueError(f"the matrix has {len(m)} rows; {n} candidates need {2 + 2 * n}")
     t = pd.DataFrame({"unit": list(units), "single": m[0] - m[2 : 2 + n], "conditional": m[1] - m[2 + n :]})
     t["beta"] = t["conditional"] - t["single"]
-    k = max(1, round(share * n))
+    k = max(1, round(share * (n if n_other is None else n_other)))
     top = set(t.sort_values("beta", ascending=False, kind="stable")["unit"].head(k))
     t["backup"] = t["unit"].isin(top) & (t["beta"] > 0)
     return t
 
 
-def matrix_table(matrix: np.ndarray, units, templates: np.ndarray, seeding: str) -> pd.DataFrame:
+def matrix_table(matrix: np.ndarray, units, templates: np.ndarray, seeding: str, n_other: int) -> pd.DataFrame:
     """:func:`truth_matrix` as a long table: seeding, prompt, template, ablated (none,
-    primaries, unit, primaries+unit), unit, logit_diff."""
+    primaries, unit, primaries+unit), unit, logit_diff, and ``n_other`` (the model's heads
+    other than the primaries: :func:`backups_from`'s count)."""
     n = len(units)
     kinds = ["none", "primaries"] + ["unit"] * n + ["primaries+unit"] * n
     names = ["", ""] + list(units) * 2
     rows = [
-        (seeding, p, templates[p], kinds[r], names[r], matrix[r, p])
+        (seeding, p, templates[p], kinds[r], names[r], matrix[r, p], n_other)
         for r in range(matrix.shape[0])
         for p in range(matrix.shape[1])
     ]
-    return pd.DataFrame(rows, columns=["seeding", "prompt", "template", "ablated", "unit", "logit_diff"])
+    return pd.DataFrame(rows, columns=["seeding", "prompt", "template", "ablated", "unit", "logit_diff", "n_other"])
 
 
-def matrix_from_table(t: pd.DataFrame) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """:func:`matrix_table`'s inverse for one seeding: (matrix, candidate units, templates)."""
+def matrix_from_table(t: pd.DataFrame) -> tuple[np.ndarray, list[str], np.ndarray, int]:
+    """:func:`matrix_table`'s inverse for one seeding: (matrix, candidate units,
+    templates, n_other)."""
     t = t.assign(unit=t["unit"].fillna(""))  # the intact and primaries' rows name no unit
     units = list(t.loc[t["ablated"] == "unit", "unit"].drop_duplicates())
     order = [("none", ""), ("primaries", "")] + [("unit", u) for u in units] + [("primaries+unit", u) for u in units]
     piv = t.pivot(index=["ablated", "unit"], columns="prompt", values="logit_diff")
     tmpl = t.drop_duplicates("prompt").sort_values("prompt")["template"].to_numpy()
-    return piv.loc[order].to_numpy(float), units, tmpl
+    n_other = t["n_other"].unique()
+    if len(n_other) != 1:
+        raise ValueError(f"one seeding's conditional-ablation table needs one n_other, not {list(n_other)}")
+    return piv.loc[order].to_numpy(float), units, tmpl, int(n_other[0])
 
 
-def stability(matrix, units, share, templates, primaries_a, primaries_b, seeding: str) -> pd.DataFrame:
+def stability(matrix, units, share, n_other, templates, primaries_a, primaries_b, seeding: str) -> pd.DataFrame:
     """The seeds chosen on each half of the truth prompts (:func:`halves`), side by
     side: per role (primaries, backups) the units of A and of B, their Jaccard overlap,
     and the share of A's units that B chose too. The primaries of each half are
@@ -184,8 +191,8 @@ def stability(matrix, units, share, templates, primaries_a, primaries_b, seeding
     those of the full truth set's primaries, chosen on each half's prompts."""
     a, b = halves(templates)
     rows = []
-    back_a = backups_from(matrix, units, share, a)
-    back_b = backups_from(matrix, units, share, b)
+    back_a = backups_from(matrix, units, share, a, n_other)
+    back_b = backups_from(matrix, units, share, b, n_other)
     for role, sa, sb in (
         ("primaries", primaries_a, primaries_b),
         ("backups", list(back_a.loc[back_a["backup"], "unit"]), list(back_b.loc[back_b["backup"], "unit"])),

@@ -119,7 +119,8 @@ def truth_seeds(bridge, truth, templates, n_primary: int, share: float, max_rows
             )
         cn = [c.name for c in cands]
         mat = lm_seeds.truth_matrix(pfx, truth, prim, cands, max_rows)
-        cb = lm_seeds.backups_from(mat, cn, share)
+        n_other = len(heads) - len(prim)
+        cb = lm_seeds.backups_from(mat, cn, share, None, n_other)
         back = [parse(u) for u in cb[cb["backup"]].sort_values("beta", ascending=False, kind="stable")["unit"]]
         t = base.merge(picked[["unit", "primary", "how"]], on="unit").merge(cb, on="unit", how="left")
         t["backup"] = t["backup"].astype("boolean").fillna(False).astype(bool)
@@ -132,9 +133,9 @@ def truth_seeds(bridge, truth, templates, n_primary: int, share: float, max_rows
         t.insert(0, "seeding", seeding)
         t.insert(0, "task", "ioi")
         tables["heads"].append(t)
-        tables["truth"].append(lm_seeds.matrix_table(mat, cn, templates, seeding))
+        tables["truth"].append(lm_seeds.matrix_table(mat, cn, templates, seeding, n_other))
         pa, pb = pick(seeding, half_a)[0], pick(seeding, half_b)[0]
-        tables["stability"].append(lm_seeds.stability(mat, cn, share, templates, pa, pb, seeding))
+        tables["stability"].append(lm_seeds.stability(mat, cn, share, n_other, templates, pa, pb, seeding))
         seeds[seeding] = (prim, cands, back)
     return seeds, {k: pd.concat(v, ignore_index=True) for k, v in tables.items()}
 
