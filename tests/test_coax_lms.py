@@ -253,3 +253,47 @@ def test_fit_rows_keeps_one_forwards_logits_near_a_gigabyte():
     assert fit_rows(gemma3, 10_000, 4096) == 1  # never fewer than one sequence
     toy = SimpleNamespace(cfg=SimpleNamespace(d_vocab=100))
     assert fit_rows(toy, 20, 4096) == 4096  # a small vocabulary: max_rows as given
+
+
+def test_the_truth_matrix_reuses_the_single_ablations_bit_for_bit(tiny_lm):
+    """The conditional-ablation matrix built on the single-drop matrix's runs equals the
+    one that runs every set itself, bit for bit (a row's logits do not depend on the rows
+    batched with it)."""
+    from transformers import AutoTokenizer
+
+    from selfrepair.core.components import head_components
+
+    _, folder = tiny_lm
+    bridge = load_bridge(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    pr = lms.lm_prompts(tok, 4, 3, True, bridge, ["ABBA", "BABA"])
+    heads = head_components(bridge.cfg.n_layers, bridge.cfg.n_heads)
+    pfx = Prefix(bridge, pr.tokens, positions=[pr.tokens.shape[1] - 1])
+    prim, cands = [heads[0]], heads[1:]
+    drops = lm_seeds.drop_matrix(pfx, pr, heads, max_rows=6)
+    reused = lm_seeds.truth_matrix(pfx, pr, prim, cands, 6, drops, heads)
+    alone = lm_seeds.truth_matrix(pfx, pr, prim, cands, 64)
+    assert reused.shape == (2 + 2 * len(cands), 4) and (reused == alone).all()
+
+
+def test_baba_swaps_the_first_mentions_and_halves_split_each_template(tmp_path):
+    from transformers import AutoTokenizer
+
+    from selfrepair.core.components import parse
+
+    _word_tokenizer(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    pr = lms.lm_prompts(tok, 4, 7, False, None, ["ABBA", "BABA"])
+    words = [tok.convert_ids_to_tokens(row.tolist()) for row in pr.tokens]
+    for i, w in enumerate(words):
+        io, s = tok.convert_ids_to_tokens([int(pr.io[i]), int(pr.s[i])])
+        # "When A and B went to the P , S gave a O to": ABBA has IO first, BABA S first
+        assert w[:4] == ["When", io if i % 2 == 0 else s, "and", s if i % 2 == 0 else io]
+        assert w[9] == s and w[-1] == "to"
+    a, b = lm_seeds.halves(lm_seeds.template_names(6))
+    assert list(a) == [0, 1, 4, 5] and list(b) == [2, 3]  # ABBA 0 2 4 and BABA 1 3 5, each alternately
+    heads = [parse(u) for u in ("L0H0", "L1H0", "L1H1", "L2H0", "L3H0")]
+    cands, up = lm_seeds.downstream(heads, [parse("L1H0"), parse("L3H0")])
+    assert [h.name for h in cands] == ["L2H0"] and [h.name for h in up] == ["L0H0", "L1H1"]
+    with pytest.raises(ValueError, match="templates"):
+        lm_seeds.template_names(3, ["ABAB"])

@@ -125,12 +125,19 @@ def top_drops(matrix: np.ndarray, units, n_primary: int, cols=None) -> pd.DataFr
     return t
 
 
-def truth_matrix(pfx: Prefix, prompts: IOIPrompts, primaries, cands, max_rows: int) -> np.ndarray:
+def truth_matrix(pfx: Prefix, prompts: IOIPrompts, primaries, cands, max_rows: int, drops=None, heads=None):
     """[2 + 2n, B] per-prompt logit difference: intact, the primaries ablated, each of the
-    n candidates alone, each with the primaries (:func:`backups_from` reads it)."""
+    n candidates alone, each with the primaries (:func:`backups_from` reads it). With
+    ``drops`` (:func:`drop_matrix` of ``heads`` on the same prompts) the intact and
+    single-ablation rows are taken from it: the same runs (a row's logits do not depend on
+    the rows batched with it), not run again."""
     prim = list(primaries)
-    sets = [[], prim] + [[u] for u in cands] + [prim + [u] for u in cands]
-    return per_prompt(pfx, prompts, sets, max_rows)
+    if drops is None:
+        sets = [[], prim] + [[u] for u in cands] + [prim + [u] for u in cands]
+        return per_prompt(pfx, prompts, sets, max_rows)
+    at = {h: i for i, h in enumerate(heads)}
+    with_p = per_prompt(pfx, prompts, [prim] + [prim + [u] for u in cands], max_rows)
+    return np.vstack([drops[:1], with_p[:1], drops[[1 + at[u] for u in cands]], with_p[1:]])
 
 
 def backups_from(matrix: np.ndarray, units, share: float, cols=None, n_other: int | None = None) -> pd.DataFrame:

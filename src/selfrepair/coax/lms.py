@@ -118,7 +118,7 @@ def truth_seeds(bridge, truth, templates, n_primary: int, share: float, max_rows
                 f"{seeding}: no head lies after the earliest primary ({' '.join(prim_names)}): no backup candidate"
             )
         cn = [c.name for c in cands]
-        mat = lm_seeds.truth_matrix(pfx, truth, prim, cands, max_rows)
+        mat = lm_seeds.truth_matrix(pfx, truth, prim, cands, max_rows, drops, heads)
         n_other = len(heads) - len(prim)
         cb = lm_seeds.backups_from(mat, cn, share, None, n_other)
         back = [parse(u) for u in cb[cb["backup"]].sort_values("beta", ascending=False, kind="stable")["unit"]]
