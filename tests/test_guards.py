@@ -399,8 +399,8 @@ def test_a_gguf_gone_after_its_conversion_is_stood_in_for_by_its_folder(own_gguf
 def test_a_braced_gguf_name_under_a_search_path_runs_and_its_results_outlive_the_file(tmp_path):
     """model{v2}.gguf named bare, found under the entry's search path: the DAG builds (it
     stopped at a WildcardError), the analysis runs; the file deleted, nothing reruns and the
-    parse says what stands in for it; put back, nothing reruns either; the converted folder
-    edited, the forced rerun stops."""
+    parse says what stands in for it; put back, nothing reruns either; the file and its
+    folder gone, the parse stops; the converted folder edited, the forced rerun stops."""
     import os
     import subprocess
 
@@ -452,6 +452,15 @@ def test_a_braced_gguf_name_under_a_search_path_runs_and_its_results_outlive_the
     r = snakemake("-n")
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
     assert "is gone" not in r.stderr
+    # the file and its folder gone, finished results there: the run stops before it replaces them
+    path.unlink()
+    (wd / "results/lms" / key).rename(wd / "moved")
+    r = snakemake("-n")
+    assert r.returncode != 0, (r.stdout + r.stderr)[-3000:]
+    said = f"own.0.model (g): tiny{{v2}}.gguf is gone, and so is results/lms/{key}/model converted from it"
+    assert said in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert scores.read_bytes() == kept
+    (wd / "moved").rename(wd / "results/lms" / key)
     w = wd / "results/lms" / key / "model/model.safetensors"
     data = bytearray(w.read_bytes())
     data[-1] ^= 1
