@@ -60,3 +60,14 @@ def test_real_lm_rules_run_on_smollm2(tmp_path):
     claims = pd.read_csv(res / "published" / "real_lms.csv")
     assert set(claims["model"]) == {LM}
     assert set(claims["verdict"]) <= {"holds", "inconclusive", "fails", "not run"}
+
+    # a table of paper B's tables folder edited by hand: the claims stop, naming it (they read it as it was)
+    tables = res / "coax" / "lms" / LM / "tables"
+    f = tables / "ioi_scores.csv"
+    f.write_text("".join(f.read_text().splitlines(keepends=True)[:-1]))  # one head's row gone
+    args = ("--cores", "1", "--directory", str(tmp_path), *configs(over))
+    r = snakemake(*args, "--forcerun", "real_lms_claims", "--", "results/published/real_lms.csv", check=False)
+    out = r.stdout + r.stderr + (tmp_path / "logs" / "real_lms_claims.log").read_text()
+    assert r.returncode != 0, out[-3000:]
+    said = f"TableChanged: results/coax/lms/{LM}/tables changed since rule coax_lm wrote it (ioi_scores.csv edited)"
+    assert said in out, out[-3000:]
