@@ -91,6 +91,8 @@ reference: env
 	-cp results/published/real_lms.csv results/reference/real_lms_claims.csv
 	-for d in results/gim/lms/*/; do m=$$(basename $$d); \
 	  cp $$d/feature_attribution.csv results/reference/real_lms_fa_$$m.csv; done
+	-for d in results/coax/lms/*/; do m=$$(basename $$d); \
+	  cp $$d/tables/seeds_stability.csv results/reference/real_lms_seeds_$$m.csv; done
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv

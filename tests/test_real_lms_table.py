@@ -52,8 +52,34 @@ def test_cost_main_refuses_a_run_without_real_lm_jobs(tmp_path, capsys):
 
 def _claims():
     rows = [
-        ["smollm2-135m", "B", "lm_coax_auc_beats_baselines", "COAX beats", -0.23, -0.46, -0.06, 2, "heads", "fails", 0.1, ""],
-        ["smollm2-135m", "C", "lm_gim_best_cpr_ioi", "GIM best", -0.05, -0.19, 0.07, 20, "pairs", "inconclusive", 0.2, "x|y"],
+        [
+            "smollm2-135m",
+            "B",
+            "lm_coax_auc_beats_baselines",
+            "COAX beats",
+            -0.23,
+            -0.46,
+            -0.06,
+            2,
+            "heads",
+            "fails",
+            0.1,
+            "",
+        ],
+        [
+            "smollm2-135m",
+            "C",
+            "lm_gim_best_cpr_ioi",
+            "GIM best",
+            -0.05,
+            -0.19,
+            0.07,
+            20,
+            "pairs",
+            "inconclusive",
+            0.2,
+            "x|y",
+        ],
         ["smollm2-135m", "C", "lm_gim_norm", "norm matters", 0.27, 0.12, 0.42, 20, "pairs", "holds", None, ""],
         ["gemma-3-270m", "B", "lm_coax_auc_beats_baselines", "COAX beats", None, None, None, 0, "", "not run", 0.1, ""],
     ]
@@ -72,7 +98,9 @@ def test_headline_row_counts_verdicts_and_quotes_the_key_claims():
 def test_full_table_keeps_every_claim_and_escapes_pipes():
     md = rt.full_markdown(_claims()).splitlines()
     assert len(md) == 2 + 4
-    assert md[3].startswith("| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | pairs | inconclusive | 0.2 | x/y |")
+    assert md[3].startswith(
+        "| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | pairs | inconclusive | 0.2 | x/y |"
+    )
 
 
 def _rows(rows):
@@ -156,3 +184,27 @@ def test_fa_table_refuses_an_older_table():
 
     with pytest.raises(ValueError, match="rerun"):
         rt.fa_markdown({"smollm2-135m": _fa().drop(columns=["correct"])})
+
+
+def test_seeds_block_renders_each_models_halves_in_order(tmp_path):
+    from selfrepair.tooling import coax_lm_tables as ct
+
+    t = pd.DataFrame(
+        {
+            "seeding": ["name_movers", "name_movers"],
+            "role": ["primaries", "backups"],
+            "half_a": ["L23H0 L28H1", None],
+            "half_b": ["L23H0 L24H2", "L25H1"],
+            "n_prompts_a": [16, 16],
+            "n_prompts_b": [16, 16],
+            "jaccard": [1 / 3, 0.0],
+            "kept_share": [0.5, float("nan")],
+        }
+    )
+    t.to_csv(tmp_path / "real_lms_seeds_gemma-3-270m.csv", index=False)
+    t.to_csv(tmp_path / "real_lms_seeds_smollm2-135m.csv", index=False)
+    md = ct.seeds_block(tmp_path)["real_lms_seeds"].splitlines()
+    assert len(md) == 2 + 4 and md[2].startswith("| SmolLM2-135M |") and md[4].startswith("| Gemma-3-270M |")
+    assert md[2] == "| SmolLM2-135M | name movers | primaries | L23H0 L28H1 | L23H0 L24H2 | 16, 16 | 0.33 | 0.50 |"
+    assert md[3] == "| SmolLM2-135M | name movers | backups | (none) | L25H1 | 16, 16 | 0.00 |  |"
+    assert ct.seeds_block(tmp_path / "absent") == {}

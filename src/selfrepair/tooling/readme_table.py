@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.tooling import doc_blocks, lm_quantization, peers_table, real_lms_table
+from selfrepair.tooling import coax_lm_tables, doc_blocks, lm_quantization, peers_table, real_lms_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -354,7 +354,7 @@ RENDERERS = {
 }
 
 # every block this module renders (one whose reference file is absent keeps its text)
-NAMES = ("headline", "published", "real_lms_conventions", "real_lms_fa", *PLAIN, *RENDERERS)
+NAMES = ("headline", "published", "real_lms_conventions", "real_lms_fa", "real_lms_seeds", *PLAIN, *RENDERERS)
 
 
 def blocks() -> dict[str, str]:
@@ -371,6 +371,7 @@ def blocks() -> dict[str, str]:
         out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
     out.update(real_lms_table.conventions_block(REFERENCE))
     out.update(real_lms_table.fa_block(REFERENCE))
+    out.update(coax_lm_tables.seeds_block(REFERENCE))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():

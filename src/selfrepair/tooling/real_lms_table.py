@@ -53,7 +53,19 @@ def headline_rows(t: pd.DataFrame) -> list[str]:
 
 
 def full_markdown(t: pd.DataFrame) -> str:
-    cols = ["model", "paper", "claim", "measured", "ci_low", "ci_high", "n", "resampled", "verdict", "published", "note"]
+    cols = [
+        "model",
+        "paper",
+        "claim",
+        "measured",
+        "ci_low",
+        "ci_high",
+        "n",
+        "resampled",
+        "verdict",
+        "published",
+        "note",
+    ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in t[cols].itertuples(index=False):
         cells = [MODEL_LABELS.get(r[0], r[0])] + [_v(x) if i in (3, 4, 5) else str(x) for i, x in enumerate(r)][1:]
