@@ -153,7 +153,7 @@ def test_last_position_logits_equal_the_full_unembedding(tiny_lm):
 
 SMOKE = {
     "truth_seed": 5, "backup_share": 0.25, "top_r": 16, "max_rows": 64, "pruning_note": "too costly here",
-    "n_bos": 4, "n_truth": 3, "n_prompts": 3, "data_seeds": [1], "induction_T": 5, "induction_prompts": 3,
+    "n_bos": 4, "n_truth": 4, "n_prompts": 3, "data_seeds": [1], "induction_T": 5, "induction_prompts": 3,
     "induction_protocol": "v2", "templates": ["ABBA", "BABA"], "seedings": ["name_movers", "single_drop"],
 }  # fmt: skip
 IOI_CFG = {"n_primary": 2, "top_k": 3, "k_recovered": None, "wake_min": 1.05, "ig_steps": 2, "amp_eps": 1e-3}
@@ -188,7 +188,7 @@ def test_coax_lm_runs_every_part(tiny_lm, tmp_path):
         # the backups again from the per-prompt matrix of ioi_truth: the same
         truth = pd.read_csv(tmp_path / "ioi_truth.csv")
         mat, units, tmpl, n_other = lm_seeds.matrix_from_table(truth[truth.seeding == seeding])
-        assert len(units) == n_cand and list(tmpl) == ["ABBA", "BABA", "ABBA"] and n_other == n_heads - 2
+        assert len(units) == n_cand and list(tmpl) == ["ABBA", "BABA", "ABBA", "BABA"] and n_other == n_heads - 2
         again = lm_seeds.backups_from(mat, units, 0.25, None, n_other)
         assert set(again.loc[again.backup, "unit"]) == set(back["unit"])
     disc = pd.read_csv(tmp_path / "ioi_discovery.csv")
@@ -292,6 +292,8 @@ def test_baba_swaps_the_first_mentions_and_halves_split_each_template(tmp_path):
         assert w[9] == s and w[-1] == "to"
     a, b = lm_seeds.halves(lm_seeds.template_names(6))
     assert list(a) == [0, 1, 4, 5] and list(b) == [2, 3]  # ABBA 0 2 4 and BABA 1 3 5, each alternately
+    with pytest.raises(ValueError, match="template BABA has 1 truth prompt"):  # half B would lack BABA
+        lm_seeds.halves(lm_seeds.template_names(3))
     heads = [parse(u) for u in ("L0H0", "L1H0", "L1H1", "L2H0", "L3H0")]
     cands, up = lm_seeds.downstream(heads, [parse("L1H0"), parse("L3H0")])
     assert [h.name for h in cands] == ["L2H0"] and [h.name for h in up] == ["L0H0", "L1H1"]

@@ -20,7 +20,7 @@ lms: {{models: [{LM}]}}
 coax:
   lms:
     max_rows: 128
-    default: {{n_bos: 8, n_truth: 2, n_prompts: 2, data_seeds: [1], induction_T: 6, induction_prompts: 2}}
+    default: {{n_bos: 8, n_truth: 4, n_prompts: 2, data_seeds: [1], induction_T: 6, induction_prompts: 2}}
 gim:
   lms: {{tasks: [ioi], n_rows: 24, n_eval: 4, n_gate: 8, batch_size: 4, methods: [eap, gim],
          fa_examples: 1, fa_methods: [gim], n_boot: 50}}

@@ -386,6 +386,24 @@ def coax_lms_settings():
     return {**shared, **lms_cfg[config["lms"]["scale"]]}
 
 
+def coax_lms_problems(lms_cfg):
+    """coax.lms sizes the schema cannot check: the seeds are chosen again on each half of
+    the truth prompts, so every template needs two of them."""
+    need = 2 * len(lms_cfg["templates"])
+    return [
+        f"coax.lms.{scale}.n_truth: {lms_cfg[scale]['n_truth']} truth prompts leave a half of them without a "
+        f"template (the seeds are chosen again on each half): at least {need} for templates "
+        f"{', '.join(lms_cfg['templates'])}"
+        for scale in ("default", "large")
+        if lms_cfg[scale]["n_truth"] < need
+    ]
+
+
+_problems = coax_lms_problems(config["coax"]["lms"])
+if _problems:
+    raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
+
+
 def no_real_lms(wildcards=None):
     """The input of real_lms_claims when no real LM runs: asked for, the way out."""
     raise WorkflowError(_published.no_real_lms(LM_NAMES, PAPERS))

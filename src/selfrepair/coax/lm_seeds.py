@@ -83,10 +83,16 @@ def subset(prompts: IOIPrompts, idx) -> IOIPrompts:
 
 def halves(templates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two disjoint halves of the prompts, each with half of every template's prompts
-    (alternately): the indices of half A and of half B."""
+    (alternately): the indices of half A and of half B. A template with fewer than two
+    prompts would leave a half without it: ValueError."""
     a, b = [], []
     for t in dict.fromkeys(templates):
         idx = np.flatnonzero(templates == t)
+        if len(idx) < 2:
+            raise ValueError(
+                f"template {t} has {len(idx)} truth prompt(s): each half of the truth prompts needs one of every "
+                f"template (at least 2 per template, {2 * len(set(templates))} in all)"
+            )
         a += list(idx[0::2])
         b += list(idx[1::2])
     return np.array(sorted(a), dtype=int), np.array(sorted(b), dtype=int)
