@@ -122,19 +122,24 @@ def top_share(a, b, n: int, absolute: bool) -> float:
 
 
 def compare(ours: dict, theirs: dict, n_heads: int, n_kv: int) -> dict:
-    """Score agreement of two circuit files' dicts (ours, MIB's)."""
+    """Score agreement of two circuit files' dicts (ours, MIB's), over the edges MIB's
+    file scores with a finite number; how many it does not is ``theirs_nonfinite_edges``."""
     import numpy as np
     from scipy.stats import spearmanr
 
     names, a, b = edge_vectors(ours, theirs)
+    gm = group_mean(names, b, n_heads, n_kv)
+    ok = np.isfinite(b)
+    names, a, b, gm = [n for n, k in zip(names, ok) if k], a[ok], b[ok], gm[ok]
     scale = np.abs(b).max()
     kv = np.array([n.endswith(("<k>", "<v>")) for n in names])
     row = {
-        "n_edges": len(names),
+        "n_edges": len(ok),
+        "theirs_nonfinite_edges": int((~ok).sum()),
         "max_abs_score": float(scale),
         "max_rel_diff": float(np.abs(a - b).max() / scale),
-        "max_rel_diff_qmlp": float(np.abs(a - b)[~kv].max() / scale),
-        "max_rel_diff_kv_group": float(np.abs(a - group_mean(names, b, n_heads, n_kv))[kv].max() / scale),
+        "max_rel_diff_qmlp": float(np.abs(a - b)[~kv].max() / scale) if (~kv).any() else float("nan"),
+        "max_rel_diff_kv_group": float(np.abs(a - gm)[kv].max() / scale) if kv.any() else float("nan"),
         "spearman": float(spearmanr(a, b).statistic),
     }
     for kind, absolute in (("signed", False), ("abs", True)):
@@ -234,10 +239,17 @@ def our_side(bridge, graph, data, method: str, batch: int, ig_steps: int, out: P
 
 
 def our_eval_of(bridge, path: Path, method: str, data, batch: int) -> tuple[float, float]:
-    """(CPR, CMD) of our evaluation of a circuit file's scores (MIB's file read by ours)."""
+    """(CPR, CMD) of our evaluation of a circuit file's scores (MIB's file read by ours);
+    NaN where the file scores an edge with a number that is not finite (the ranking it
+    would give is undefined: our reader refuses it)."""
+    import math
+
     from selfrepair.gim.evaluate import cmd, cpr, faithfulness_curves
     from selfrepair.gim.graph import from_mib_json, selection_rule
 
+    edges = json.loads(path.read_text())["edges"].values()
+    if not all(isinstance(e["score"], (int, float)) and math.isfinite(e["score"]) for e in edges):
+        return math.nan, math.nan
     graph, scores, _ = from_mib_json(path, n_kv_heads=bridge.cfg.n_key_value_heads)
     curves = faithfulness_curves(bridge, graph, data, scores, FRACTIONS, (False, True), batch,
                                  selection=selection_rule(method))  # fmt: skip

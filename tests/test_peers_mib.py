@@ -49,6 +49,18 @@ def test_top_share_by_hand():
     assert P.top_share(a, a, 3, absolute=False) == 1.0
 
 
+def test_edges_mibs_file_scores_nan_are_counted_and_left_out_of_the_agreement(tmp_path):
+    # MIB's IFR on Gemma-3 scores every edge into one MLP NaN: the rest is compared
+    theirs = {"input->m1": float("nan"), "m0->m1": float("nan"), "input->m0": 2.0, "m0->logits": -4.0}
+    ours = {"input->m1": 7.0, "m0->m1": -3.0, "input->m0": 2.5, "m0->logits": -4.0}
+    row = P.compare(_file(ours), _file(theirs), n_heads=1, n_kv=1)
+    assert row["n_edges"] == 4 and row["theirs_nonfinite_edges"] == 2
+    assert row["max_rel_diff"] == pytest.approx(0.5 / 4.0) and row["spearman"] == pytest.approx(1.0)
+    f = tmp_path / "theirs.json"
+    f.write_text(__import__("json").dumps(_file(theirs)))
+    assert all(x != x for x in P.our_eval_of(None, f, "ifr", None, 1))  # no ranking: NaN, not a crash
+
+
 def test_different_edge_sets_are_refused():
     with pytest.raises(ValueError, match="different edges"):
         P.compare(_file({"input->m0": 1.0}), _file({"input->m1": 1.0}), 1, 1)

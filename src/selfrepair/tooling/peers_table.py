@@ -84,7 +84,7 @@ PEERS_MIB_PER_GROUP = f"{PEERS_MIB}_per_group"
 PEERS_MIB_GEMMA3 = "benchmark_peers_mib_gemma3"  # Gemma-3-270M, MIB's side on TransformerLens 2.18
 PEERS_MIB_TABLES = (PEERS_MIB, PEERS_MIB_PER_GROUP, PEERS_MIB_GEMMA3)  # each with the blocks of BLOCKS
 AGREEMENT = ["method", "max_rel_diff", "max_rel_diff_qmlp", "max_rel_diff_kv_group", "spearman",
-             "topn_signed_min", "topn_abs_min", "curve_max_diff"]  # fmt: skip
+             "topn_signed_min", "topn_abs_min", "curve_max_diff", "theirs_nonfinite_edges"]  # fmt: skip
 METRICS = ["method", "cpr_ours", "cpr_theirs", "cpr_ours_on_theirs", "cpr_theirs_on_ours",
            "cmd_ours", "cmd_theirs", "cmd_ours_on_theirs", "cmd_theirs_on_ours"]  # fmt: skip
 TIME = ["method", "ours_score_wall_s", "mib_score_wall_s", "ours_eval_wall_s", "mib_eval_wall_s",
