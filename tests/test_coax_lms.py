@@ -160,9 +160,13 @@ IOI_CFG = {"n_primary": 2, "top_k": 3, "k_recovered": None, "wake_min": 1.05, "i
 IND_CFG = {"data_seed": 3, "ks": [2], "n_primary": 2, "n_random": 2}
 
 
-def test_coax_lm_runs_every_part(tiny_lm, tmp_path):
+def test_coax_lm_runs_every_part(tiny_lm, tmp_path, caplog):
     name, folder = tiny_lm
-    status = lms.coax_lm(folder, name, SMOKE, IOI_CFG, IND_CFG, "v2", tmp_path, "cpu")
+    with caplog.at_level("INFO", logger="selfrepair.progress"):
+        status = lms.coax_lm(folder, name, SMOKE, IOI_CFG, IND_CFG, "v2", tmp_path, "cpu")
+    # the heartbeat counts every stage it runs: BOS, seeds, one data seed x two seedings, induction
+    started = [r.getMessage() for r in caplog.records if " started (" in r.getMessage()]
+    assert len(started) == 5 and started[-1].endswith("started (5/5)"), started
     assert list(status.columns) == lms.STATUS_COLUMNS
     assert list(status["experiment"]) == list(lms.PARTS)
     ran = status.set_index("experiment")

@@ -234,7 +234,9 @@ def coax_lm(folder, name: str, s: dict, ioi_cfg: dict, ind_cfg: dict, protocol: 
     bridge = load_bridge(folder, device)
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     where, rows, state = (str(folder), model_identity(folder)), [], {}
-    with Progress(name, "coax_lm", 2 + len(s["data_seeds"]) + 1, every) as prog:
+    # BOS, the seeds, one scoring per data seed and seeding, induction
+    n_stages = 2 + len(s["data_seeds"]) * len(s["seedings"]) + 1
+    with Progress(name, "coax_lm", n_stages, every) as prog:
         prog.watch(bridge)
 
         def bos():
