@@ -589,9 +589,10 @@ def test_own_analyses_on_cuda(cuda, tmp_path):
 
 
 # ------------------------------------------------------------- the packaged real LMs --
-def _tiny_lm_with_data(root):
-    """A tiny random Llama with a word-level tokenizer over paper C's real-LM datasets,
-    written under ``root`` (``lm/``, ``data/``), as the real-LM rules read them."""
+def _tiny_lm_with_data(root, seed: int = 0):
+    """A tiny random Llama (weights of ``seed``) with a word-level tokenizer over paper C's
+    real-LM datasets, written under ``root`` (``lm/``, ``data/``), as the real-LM rules
+    read them."""
     from selfrepair.core.models import save_model
     from selfrepair.tasks import ioi, mib_synth
     from test_gim_lm import _all_texts, _word_tokenizer
@@ -600,7 +601,7 @@ def _tiny_lm_with_data(root):
     mib_synth.write(root / "data", mib_synth.TASKS, 8, 0)
     extra = [" ".join(ioi.NAMES + ioi.PLACES + ioi.OBJECTS) + " When and went to the , gave a"]
     tok = _word_tokenizer(root / "lm", _all_texts(root / "data") + extra, bos=False)
-    save_model(tiny_llama(vocab_size=len(tok), max_position_embeddings=128), root / "lm")
+    save_model(tiny_llama(vocab_size=len(tok), max_position_embeddings=128, seed=seed), root / "lm")
     return root / "lm", root / "data"
 
 
@@ -612,7 +613,9 @@ def test_coax_lm_on_cuda(cuda, tmp_path):
     from selfrepair.coax import lms
     from test_coax_lms import IND_CFG, IOI_CFG, SMOKE
 
-    folder, _ = _tiny_lm_with_data(tmp_path)
+    # seed 1: each seeding's earliest primary in layer 0, so layer 1 holds backup
+    # candidates (seed 0's name movers are both in the last layer: IOI not run, rightly)
+    folder, _ = _tiny_lm_with_data(tmp_path, seed=1)
     ec.uninstall()
     lms.coax_lm(folder, "tiny", SMOKE, IOI_CFG, IND_CFG, "v2", tmp_path / "cpu", "cpu")
     ec.install()
