@@ -208,3 +208,37 @@ def attention(stats: pd.DataFrame, patterns: pd.DataFrame, paths) -> None:
         ax.set_xlabel("key position")
         ax.set_ylabel("query position")
     save(fig, paths)
+
+
+def faithfulness_curves(curves: pd.DataFrame, panel: tuple[str, str] = ("task", "model")):
+    """Faithfulness against the fraction of edges kept (log scale), one column per
+    distinct ``panel`` pair of the table (in its order), the signed ranking (CPR) above
+    the absolute one (CMD), one line per method: the mean over the ``seed`` column where
+    there is one, each seed's curve faint beside it. Returns the figure (the caller saves
+    it): paper C's toy models and the real LMs draw their ``curves.csv`` with it."""
+    pairs = curves[list(panel)].drop_duplicates().values.tolist()
+    fig, axes = plt.subplots(
+        2, max(1, len(pairs)), figsize=(3.6 * max(1, len(pairs)), 6.4), squeeze=False, sharey="row"
+    )
+    for col, (a, b) in enumerate(pairs):
+        for row, ranking in enumerate(("signed", "absolute")):
+            ax = axes[row, col]
+            sub = curves[(curves[panel[0]] == a) & (curves[panel[1]] == b) & (curves["ranking"] == ranking)]
+            seeds = sorted(sub["seed"].unique()) if "seed" in sub else [None]
+            for method, g in sub.groupby("method", sort=False):
+                # one line per method: the mean over training seeds; each seed's curve faint
+                mean = g.groupby("fraction", sort=True)["faithfulness"].mean()
+                line = ax.plot(mean.index, mean.values, marker="o", ms=3, label=method)[0]
+                if len(seeds) > 1:
+                    for _, gs in g.groupby("seed"):
+                        ax.plot(gs.fraction, gs.faithfulness, color=line.get_color(), lw=0.5, alpha=0.35)
+            ax.set_xscale("log")
+            ax.axhline(1.0, color="grey", lw=0.5)
+            n_seeds = f", mean of {len(seeds)} seeds" if len(seeds) > 1 else ""
+            ax.set_title(f"{a} / {b}{n_seeds}\n{'CPR (signed)' if row == 0 else 'CMD (absolute)'}", fontsize=9)
+            ax.set_xlabel("fraction of edges")
+            if col == 0:
+                ax.set_ylabel("faithfulness")
+    axes[0, -1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
