@@ -33,6 +33,7 @@ include: "workflow/rules/coax.smk"
 include: "workflow/rules/gim.smk"
 include: "workflow/rules/groundtruth.smk"
 include: "workflow/rules/published.smk"
+include: "workflow/rules/real_lms_figures.smk"
 include: "workflow/rules/own.smk"
 
 

@@ -409,6 +409,25 @@ def no_real_lms(wildcards=None):
     raise WorkflowError(_published.no_real_lms(LM_NAMES, PAPERS))
 
 
+def gim_lms_sizes():
+    """gim.lms at the scale of config lms.scale: its large sizes over the default's."""
+    lms_cfg = config["gim"]["lms"]
+    shared = {k: v for k, v in lms_cfg.items() if k != "large"}
+    return {**shared, **(lms_cfg["large"] if config["lms"]["scale"] == "large" else {})}
+
+
+def real_lms_status_inputs():
+    """The status tables of the real-LM jobs (each part's measured CPU time), per packaged
+    LM and paper that runs: the inputs of real_lms_power beside the claims."""
+    out = {}
+    for lm in LM_NAMES:
+        if "coax" in PAPERS:
+            out[f"coax_status_{lm}"] = f"results/coax/lms/{lm}/status.csv"
+        if "gim" in PAPERS:
+            out[f"gim_status_{lm}"] = f"results/gim/lms/{lm}/status.csv"
+    return out
+
+
 def real_lms_inputs():
     """The inputs of real_lms_claims: per packaged LM, paper B's tables folder and paper C's
     tasks, contrasts and feature-attribution tables (of the papers that run); with no
@@ -428,3 +447,25 @@ def real_lms_inputs():
             ):
                 out[f"gim_{t}_{lm}"] = f"results/gim/lms/{lm}/{f}.csv"
     return out
+
+
+# ---- The real-LM pictures (real_lms_figures.smk; G_DIR, C_DIR from gim.smk, coax.smk) ----
+RLF_DIR = "results/figures/real_lms"
+
+
+def real_lms_figure_inputs(kind):
+    """Per packaged LM, the table a figure draws: paper C's curves.csv (``curves``) or paper
+    B's tables folder (``coax``); with no LM configured, an input that says so when asked.
+    """
+    if not LM_NAMES:
+
+        def none(wildcards=None):
+            raise WorkflowError(
+                f"{RLF_DIR}: no real LM is configured (lms.models is empty), so there is nothing to "
+                "draw. Name packaged models in lms.models, or leave the figure out of the targets"
+            )
+
+        return {"none": none}
+    if kind == "curves":
+        return {"curves": [f"{G_DIR}/lms/{lm}/curves.csv" for lm in LM_NAMES]}
+    return {f"coax_{lm}": f"{C_DIR}/lms/{lm}/tables" for lm in LM_NAMES}
