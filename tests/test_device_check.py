@@ -728,6 +728,7 @@ RULES = {
             "own_status",
             "own_faithfulness_figure",
             "real_lms_claims",
+            "real_lms_power",
             "real_lms_forest",
             "real_lms_faithfulness",
             "real_lms_roc",

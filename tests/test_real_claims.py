@@ -221,3 +221,50 @@ def test_labels_that_flip_across_truth_prompts_widen_the_auc_interval():
     assert s["value"] == f["value"] == pytest.approx(1 - 7 / 8)  # the same labels on all prompts
     assert f["hi"] - f["lo"] > (s["hi"] - s["lo"]) + 0.3
     assert f["lo"] < 0 < s["value"]  # the flipped labels put COAX below a baseline
+
+
+def _p_normal(z: float) -> float:
+    """Two-sided normal p-value by the complementary error function (not scipy)."""
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def test_interval_p_inverts_the_interval():
+    z = 1.959963984540054
+    # the half between the estimate and 0 is 0.1, so 1.96 se = 0.1 and z = 0.2 / (0.1 / 1.96)
+    assert R.interval_p(0.2, 0.1, 0.3) == pytest.approx(_p_normal(0.2 / (0.1 / z)), rel=1e-9)
+    # below the threshold the upper half counts: (hi - m) = 0.05 for an effect of -0.1
+    assert R.interval_p(-0.1, -0.4, -0.05) == pytest.approx(_p_normal(0.1 / (0.05 / z)), rel=1e-9)
+    # an interval that just touches the threshold: p = 0.05, the plain verdict's edge
+    assert R.interval_p(0.2, 0.0, 0.5) == pytest.approx(0.05, abs=1e-12)
+    assert R.interval_p(0.5, 0.0, 1.0, threshold=1.0) == pytest.approx(0.05, abs=1e-12)
+    assert R.interval_p(0.0, -1.0, 1.0) == 1.0
+    assert math.isnan(R.interval_p(0.2, math.nan, 0.3))
+    # an estimate outside its own interval: the half-width (0.1) instead
+    assert R.interval_p(0.5, 0.1, 0.3) == pytest.approx(_p_normal(0.5 / (0.1 / z)), rel=1e-9)
+
+
+def test_holm_by_hand():
+    # m = 3: 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to 0.06 (monotone)
+    got = R.holm([0.01, 0.04, 0.03, math.nan])
+    assert got[:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(got[3])
+    assert R.holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_table_holm_verdicts():
+    # interval p-values by hand (test_interval_p_inverts_the_interval's formula):
+    # a, e 8.9e-5; b 0.0294 and c 0.0303 (intervals clearing 0 by a little); d 0.62
+    rows = [
+        R.row("m", "coax", "a", "a", "", 0.2, (0.1, 0.3), 16, resampled="prompts"),
+        R.row("m", "coax", "b", "b", "", 0.2, (0.02, 0.4), 16, resampled="prompts"),
+        R.row("m", "gim", "c", "c", "", -0.2, (-0.4, -0.019), 20, side="below", resampled="pairs"),
+        R.row("m", "gim", "d", "d", "", 0.1, (-0.3, 0.5), 20, resampled="pairs"),
+        R.row("m", "gim", "e", "e", "", -0.2, (-0.3, -0.1), 20, resampled="pairs"),  # fails plainly
+        R.not_run("m", "gim", "f", "f", "", "absent"),
+    ]
+    t = R.table(rows).set_index("id")
+    assert list(t["verdict"]) == ["holds", "holds", "holds", "inconclusive", "fails", "not run"]
+    assert list(t["threshold"]) == [0.0] * 6 and t.loc["c", "side"] == "below"
+    assert math.isnan(t.loc["f", "p"])
+    # Holm over the 5 tested rows: a x5, e x4 (4.4e-4, 3.5e-4); b x3 = 0.088; c x2 = 0.061,
+    # raised to 0.088; d 0.62: b and c no longer decided
+    assert list(t["verdict_holm"]) == ["holds", "inconclusive", "inconclusive", "inconclusive", "fails", "not run"]

@@ -61,5 +61,34 @@ rule real_lms_claims:
         "../../scripts/real_lms_claims.py"
 
 
+# The power of those claims (core.real_power): per claim, the n that would decide it if
+# its effect stayed, and that n's cost from the CPU time each part of the run measured.
+rule real_lms_power:
+    input:
+        **real_lms_status_inputs(),
+        claims="results/published/real_lms.csv",
+    output:
+        csv=report(
+            "results/published/real_lms_power.csv",
+            caption="../report/real_lms_power.rst",
+            category="Published vs reproduced",
+        ),
+    log:
+        "logs/real_lms_power.log",
+    localrule: True
+    conda:
+        "../../envs/selfrepair.yaml"
+    params:
+        lms=LM_NAMES,
+        coax_sizes=coax_lms_settings(),
+        gim_sizes=gim_lms_sizes(),
+        code=code_hash("core/real_power", "core/real_claims"),
+    script:
+        "../../scripts/real_lms_power.py"
+
+
 if LM_NAMES and {"coax", "gim"} & set(PAPERS):
-    register("lms", ["results/published/real_lms.csv"])
+    register(
+        "lms",
+        ["results/published/real_lms.csv", "results/published/real_lms_power.csv"],
+    )

@@ -344,6 +344,7 @@ RENDERERS = {
     "real_lms_cpr_cmd": ("real_lms_claims", real_lms_table.metrics_markdown),
     "real_lms_quantization": ("real_lms_quantization", lm_quantization.summary_markdown),
     "real_lms_cost": ("real_lms_cost", real_lms_table.cost_markdown),
+    "real_lms_power": ("real_lms_power", real_lms_table.power_markdown),
     "benchmark_peers_coax_lm": ("benchmark_peers_coax_lm", peers_table.coax_markdown),
     "runtime": ("runtime", _where("step", ["all", "train", "measure", "probe", "scores"])),
     **{

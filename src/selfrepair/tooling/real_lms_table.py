@@ -63,6 +63,7 @@ def full_markdown(t: pd.DataFrame) -> str:
         "n",
         "resampled",
         "verdict",
+        "verdict_holm",
         "published",
         "note",
     ]
@@ -250,6 +251,40 @@ def cost_markdown(t: pd.DataFrame) -> str:
         f"| all | {t['model'].nunique()} models | {t['cpu_s'].sum() / 60:.1f} min | "
         f"{t['wall_s'].sum() / 60:.1f} min (jobs one after another) | |"
     )
+    return "\n".join(lines)
+
+
+def _n(x) -> str:
+    x = float(x)
+    return "never" if x != x or x == float("inf") else f"{x:,.0f}"
+
+
+def power_markdown(t: pd.DataFrame) -> str:
+    """The power table (``real_lms_power.csv``, core.real_power): per claim its verdicts
+    (plain 95% / Holm), effect, the n it would need, the config size now and needed, and
+    the CPU time of the part of the run that grows with it, now and at that size; then per
+    model and part the CPU time to decide every claim of the part that is still open."""
+    cols = ["model", "claim id", "verdict (95% / Holm)", "effect", "half-width", "n (resampled)",
+            "n needed (95% / Holm)", "size now -> needed", "part", "part CPU now -> needed"]  # fmt: skip
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in t.itertuples(index=False):
+        cells = [
+            MODEL_LABELS.get(r.model, r.model), f"`{r.id}`", f"{r.verdict} / {r.verdict_holm}", _v(r.effect),
+            _v(r.half_width), f"{r.n} {str(r.resampled).split(' (')[0]}", f"{_n(r.n_needed)} / {_n(r.n_needed_holm)}",
+            f"`{r.size_key}` {r.size} -> {_n(r.size_needed)}", r.part,
+            f"{r.part_cpu_s / 60:.1f} -> {_n(r.projected_cpu_s / 60)} min" if r.projected_cpu_s >= 600
+            else f"{r.part_cpu_s / 60:.1f} -> {r.projected_cpu_s / 60:.1f} min",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    open_ = t[t["verdict"] == "inconclusive"]
+    lines += ["", "Per model and part, the CPU time to decide each open (inconclusive) claim of it:", "",
+              "| model | part | CPU now | open claims: the size each needs, and the part's CPU at that size |",
+              "|---|---|---|---|"]  # fmt: skip
+    for (model, part), g in t.groupby(["model", "part"], sort=False):
+        o = open_[(open_["model"] == model) & (open_["part"] == part)].sort_values("projected_cpu_s")
+        need = "; ".join(f"`{r.id}` {r.size_key} {_n(r.size_needed)}: {_n(r.projected_cpu_s / 60)} min"
+                         for r in o.itertuples()) or "none open"  # fmt: skip
+        lines.append(f"| {MODEL_LABELS.get(model, model)} | {part} | {g['part_cpu_s'].iloc[0] / 60:.1f} min | {need} |")
     return "\n".join(lines)
 
 
