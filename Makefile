@@ -90,9 +90,11 @@ reference: env
 	cp results/published/summary.csv results/reference/published_summary.csv
 	-cp results/published/real_lms.csv results/reference/real_lms_claims.csv
 	-for d in results/gim/lms/*/; do m=$$(basename $$d); \
-	  cp $$d/feature_attribution.csv results/reference/real_lms_fa_$$m.csv; done
+	  cp $$d/feature_attribution.csv results/reference/real_lms_fa_$$m.csv; \
+	  cp $$d/curves.csv results/reference/real_lms_curves_$$m.csv; done
 	-for d in results/coax/lms/*/; do m=$$(basename $$d); \
-	  cp $$d/tables/seeds_stability.csv results/reference/real_lms_seeds_$$m.csv; done
+	  cp $$d/tables/seeds_stability.csv results/reference/real_lms_seeds_$$m.csv; \
+	  cp $$d/tables/ioi_scores.csv results/reference/real_lms_scores_$$m.csv; done
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv
@@ -113,6 +115,7 @@ reference: env
 	-$(BIN)/python -m selfrepair.tooling.lm_quantization --out results/reference/real_lms_quantization.csv
 	$(BIN)/python scripts/models_manifest.py provenance $(addsuffix .csv,$(REFERENCE_TABLES)) models.csv runtime.csv
 	$(BIN)/python -m selfrepair.tooling.readme_table
+	-$(BIN)/python -m selfrepair.tooling.real_lms_pictures
 
 # Retrain reference models and compare their bits with results/reference/models.csv:
 #   make verify MODEL=results/heroes/sort/seed42        (one model; minutes)

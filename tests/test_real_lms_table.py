@@ -83,7 +83,12 @@ def _claims():
         ["smollm2-135m", "C", "lm_gim_norm", "norm matters", 0.27, 0.12, 0.42, 20, "pairs", "holds", None, ""],
         ["gemma-3-270m", "B", "lm_coax_auc_beats_baselines", "COAX beats", None, None, None, 0, "", "not run", 0.1, ""],
     ]
-    return pd.DataFrame(rows, columns=COLUMNS)
+    added = ("threshold", "side", "p", "verdict_holm")  # the columns real_claims.table computes
+    t = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in added])
+    t = t.assign(
+        threshold=0.0, side="above", p=float("nan"), verdict_holm=t["verdict"].str.replace("fails", "inconclusive")
+    )
+    return t[COLUMNS]
 
 
 def test_headline_row_counts_verdicts_and_quotes_the_key_claims():
@@ -98,8 +103,9 @@ def test_headline_row_counts_verdicts_and_quotes_the_key_claims():
 def test_full_table_keeps_every_claim_and_escapes_pipes():
     md = rt.full_markdown(_claims()).splitlines()
     assert len(md) == 2 + 4
+    assert md[2].split(" | ")[8:10] == ["fails", "inconclusive"]  # the plain verdict, then Holm's
     assert md[3].startswith(
-        "| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | pairs | inconclusive | 0.2 | x/y |"
+        "| SmolLM2-135M | C | GIM best | -0.05 | -0.19 | 0.07 | 20 | pairs | inconclusive | inconclusive | 0.2 | x/y |"
     )
 
 

@@ -91,3 +91,17 @@ def test_power_table_bad_input():
         P.part_costs(pd.DataFrame({"model": ["m"], "experiment": ["ioi"]}), None)
     with pytest.raises(ValueError, match="names no task"):
         P.task_of("GIM beats")
+
+
+def test_power_markdown_says_each_size_and_what_is_open():
+    from selfrepair.tooling.real_lms_table import power_markdown
+
+    md = power_markdown(P.power_table(_claims(), _costs(), SIZES))
+    rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| m | `")}
+    # damage: inconclusive, 64 prompts needed, n_prompts 8 -> 32, the ioi part 100 s -> 400 s
+    assert "| 16 scored prompts | 64 / " in rows["`damage`"] and "`n_prompts` 8 -> 32" in rows["`damage`"]
+    assert rows["`damage`"].endswith("| ioi | 1.7 -> 6.7 min |")
+    assert "| fails / " in rows["`auc`"]
+    # the per-part summary lists only the open claims, cheapest first
+    assert "| m | ioi | 1.7 min | `damage` n_prompts 32: 7 min |" in md
+    assert "| m | localization (ioi) | 0.7 min | `cpr_ioi` n_eval 45: 2 min |" in md
