@@ -89,6 +89,7 @@ reference: env
 	mkdir -p results/reference
 	cp results/published/summary.csv results/reference/published_summary.csv
 	-cp results/published/real_lms.csv results/reference/real_lms_claims.csv
+	-cp results/published/real_lms_power.csv results/reference/real_lms_power.csv
 	-for d in results/gim/lms/*/; do m=$$(basename $$d); \
 	  cp $$d/feature_attribution.csv results/reference/real_lms_fa_$$m.csv; \
 	  cp $$d/curves.csv results/reference/real_lms_curves_$$m.csv; done
