@@ -7,17 +7,14 @@ from pathlib import Path
 import pandas as pd
 
 from selfrepair.coax.lm_claims import lm_claims as coax_claims
-from selfrepair.core import real_claims, runtime
+from selfrepair.core import files, real_claims, runtime
 from selfrepair.gim.lm_claims import lm_claims as gim_claims
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
 runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 
-
-def read(path):
-    p = Path(path)
-    return pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else None
+read = files.read_table  # None for an absent table or a not-run placeholder
 
 
 rows = []

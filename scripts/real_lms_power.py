@@ -2,20 +2,16 @@
 if its effect stayed, and the measured cost of that n; one table beside the claims."""
 
 import sys
-from pathlib import Path
 
 import pandas as pd
 
-from selfrepair.core import real_power, runtime
+from selfrepair.core import files, real_power, runtime
 
 smk = snakemake  # noqa: F821
 runtime.start(smk)
 runtime.check_inputs(smk)  # TableChanged on a table not as its rule wrote it
 
-
-def read(path):
-    p = Path(path)
-    return pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else None
+read = files.read_table  # None for an absent table or a not-run placeholder
 
 
 claims = pd.read_csv(smk.input.claims)

@@ -82,3 +82,12 @@ def load_tensors(path) -> dict:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:
         raise ValueError(f"corrupted tensor file {path}: {err}") from err
+
+
+def read_table(path):
+    """The CSV a rule wrote at ``path`` as a DataFrame, or None where there is no table:
+    the file is absent, or it is a rule's 1-byte not-run placeholder."""
+    import pandas as pd
+
+    p = Path(path)
+    return pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else None
