@@ -242,11 +242,42 @@ def test_gim_lm_smoke_on_a_tiny_llama(tmp_path):
     assert (loc["kv_inputs"] == "per_query_head").all() and (loc["bos"] == "mib").all() and loc["bos_first"].all()
     st = out["status"]
     assert st[st["method"] == "eactp"]["reason"].str.contains("eactp_max_edges 10").all()
+    loc_st = st[st["part"] == "localization"]  # each task's rows in the methods' order, the not-run one too
+    assert all(list(g["method"]) == ["eap", "gim", "eactp"] for _, g in loc_st.groupby("task"))
     assert set(out["feature_attribution"]["method"]) == {"gim", "grad_x_input"}
     assert len(out["curves"]) == 3 * 2 * 2 * 3  # tasks x methods x rankings x fractions
     c = out["contrasts"]  # GIM against EAP on each task, on the same pairs
     assert sorted(zip(c["task"], c["versus"])) == sorted((t, "eap") for t in mib_synth.TASKS)
     assert (c["d_cpr_lo"] <= c["d_cpr_hi"]).all() and (c["n_pairs"] == 4).all()
+
+
+def test_curves_of_all_methods_in_one_run_are_each_methods_own_bit_for_bit(tmp_path):
+    """pair_curves_many runs the corrupted batches, the whole model, the empty circuit and
+    the circuits two methods share once; each method's numbers must be those of its own
+    pair_curves run, with its own selection rule (EAP-IG's differs from top-n)."""
+    from selfrepair.core.models import load_bridge, save_model
+    from selfrepair.gim.attribute import method_scores
+    from selfrepair.gim.graph import Graph, selection_rule
+    from selfrepair.tasks import mib
+    from tiny_models import tiny_llama
+
+    mib_synth.write(tmp_path / "data", ["ioi"], 8, 0)
+    tok = _word_tokenizer(tmp_path / "lm", _all_texts(tmp_path / "data"), bos=False)
+    save_model(tiny_llama(vocab_size=len(tok), max_position_embeddings=64), tmp_path / "lm")
+    bridge = load_bridge(tmp_path / "lm", ungroup=True)
+    data = mib.load("ioi", tok, 6, [str(tmp_path / "data")], split="test", bos="mib")
+    graph = Graph.from_bridge(bridge)
+    fr = (0.05, 0.2, 1.0)
+    methods = ["eap", "eap-ig", "gim"]
+    scores = {m: method_scores(bridge, graph, data, m, 3, 2, "mib") for m in methods}
+    sel = {m: selection_rule(m) for m in methods}
+    many = lm_pairs.pair_curves_many(bridge, graph, data, scores, fr, 3, sel)
+    for m in methods:
+        one = lm_pairs.pair_curves(bridge, graph, data, scores[m], fr, 3, sel[m])
+        for k in ("full", "empty", "signed", "absolute"):
+            assert np.array_equal(many[m][k], one[k]), (m, k)
+        assert many[m]["n_kept"] == one["n_kept"] and many[m]["n_edges"] == one["n_edges"]
+    assert not np.array_equal(many["eap"]["signed"], many["gim"]["signed"])  # the methods differ
 
 
 # ---------------------------------------------------------------- rule -----------

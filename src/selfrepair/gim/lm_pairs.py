@@ -59,22 +59,44 @@ def pair_curves(
     """Per-pair logit differences of the circuits of :func:`evaluate.faithfulness_curves`:
     {"full": [N], "empty": [N], "signed": [F, N], "absolute": [F, N], "n_edges": [F],
     "n_kept": {"signed": [F], "absolute": [F]}} (numpy, float64)."""
-    circuits, kept = [graph.valid, torch.zeros_like(graph.valid)], {"signed": [], "absolute": []}
-    for kind, absolute in (("signed", False), ("absolute", True)):
-        for frac in fractions:
-            mask = select_edges(graph, scores, n_edges_at(frac, graph.n_edges), absolute, selection)
-            circuits.append(mask)
-            kept[kind].append(int(mask.sum()))
+    return pair_curves_many(bridge, graph, data, {"": scores}, fractions, batch_size, {"": selection})[""]
+
+
+@on_prepared
+def pair_curves_many(
+    bridge, graph: Graph, data: CounterfactualBatch, scores: dict, fractions=FRACTIONS, batch_size=20, selections=None
+) -> dict:
+    """:func:`pair_curves` of each method's ``scores`` ({method: edge scores}; its
+    selection rule from ``selections``, top-n by default) in one :func:`run_circuits`
+    call: the corrupted run of each batch, the whole model and the empty circuit are run
+    once for all the methods, and a circuit two methods share (at 100% of the edges
+    always, often at the smallest fractions) once. Each circuit's logit differences are
+    those of its own run, so every method's numbers are bit for bit those of
+    :func:`pair_curves` alone. {method: per-pair dict}."""
+    selections = selections or {}
+    circuits, kept, k = [graph.valid, torch.zeros_like(graph.valid)], {}, len(fractions)
+    for method, sc in scores.items():
+        kept[method] = {"signed": [], "absolute": []}
+        for kind, absolute in (("signed", False), ("absolute", True)):
+            for frac in fractions:
+                mask = select_edges(
+                    graph, sc, n_edges_at(frac, graph.n_edges), absolute, selections.get(method, "topn")
+                )
+                circuits.append(mask)
+                kept[method][kind].append(int(mask.sum()))
     m = [r.double().cpu().numpy() for r in run_circuits(bridge, graph, data, circuits, batch_size)]
-    k = len(fractions)
-    return {
-        "full": m[0],
-        "empty": m[1],
-        "signed": np.stack(m[2 : 2 + k]),
-        "absolute": np.stack(m[2 + k :]),
-        "n_edges": [n_edges_at(f, graph.n_edges) for f in fractions],
-        "n_kept": kept,
-    }
+    out = {}
+    for i, method in enumerate(scores):
+        first = 2 + 2 * k * i
+        out[method] = {
+            "full": m[0].copy(),
+            "empty": m[1].copy(),
+            "signed": np.stack(m[first : first + k]),
+            "absolute": np.stack(m[first + k : first + 2 * k]),
+            "n_edges": [n_edges_at(f, graph.n_edges) for f in fractions],
+            "n_kept": kept[method],
+        }
+    return out
 
 
 def faithfulness(per_pair: dict, index=None) -> tuple[np.ndarray, np.ndarray]:

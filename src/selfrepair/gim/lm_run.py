@@ -67,37 +67,76 @@ def _timed(fn):
 
 def localize_task(bridge, graph, data, name: str, task: str, s: dict, prog):
     """(status rows, localization rows, curve rows, contrast rows: GIM against each other
-    method, paired over the pairs) of every method on one task."""
+    method, paired over the pairs) of every method on one task.
+
+    Each method scores the edges; then every method's circuits are run together
+    (:func:`lm_pairs.pair_curves_many`: the corrupted run, the whole model and the empty
+    circuit once for all, each method's numbers bit for bit its own run's), and each
+    method's ``curves_cpu_s`` is an equal share of that run. Should the shared run fail,
+    each method's circuits are run on their own, so one method's failure costs its row
+    only."""
     from selfrepair.gim import lm_pairs
     from selfrepair.gim.attribute import method_scores, too_large
-    from selfrepair.gim.graph import selection_rule
 
-    fr = tuple(s["fractions"])
-    status, summary, curves, per_method = [], [], [], {}
+    status, scored = {}, {}  # status: {method: its row}, written in the methods' order
     for method in s["methods"]:
         head = {"model": name, "task": task, "part": "localization", "method": method}
         if why := too_large(method, graph.n_edges, int(s["eactp_max_edges"])):
-            status.append({**head, "status": "not run", "reason": why})
+            status[method] = {**head, "status": "not run", "reason": why}
             continue
         try:
             with prog.stage(f"{task} {method}"):
-                scores, t_score = _timed(lambda: method_scores(bridge, graph, data, method, int(s["batch_size"]),
-                                                               int(s["ig_steps"]), str(s["weighting"])))  # fmt: skip
-                pp, t_curve = _timed(lambda: lm_pairs.pair_curves(
-                    bridge, graph, data, scores, fr, int(s["batch_size"]), selection_rule(method)))  # fmt: skip
-            ci = lm_pairs.pair_bootstrap(pp, fr, int(s["n_boot"]), int(s["boot_seed"]))
+                scored[method] = _timed(lambda: method_scores(bridge, graph, data, method, int(s["batch_size"]),
+                                                              int(s["ig_steps"]), str(s["weighting"])))  # fmt: skip
         except Exception as err:  # noqa: BLE001  one method's failure costs its row only
             LOG.exception("%s %s %s failed", name, task, method)
-            status.append({**head, "status": "failed", "reason": f"{type(err).__name__}: {err}"})
+            status[method] = {**head, "status": "failed", "reason": f"{type(err).__name__}: {err}"}
+    with prog.stage(f"{task} curves of {len(scored)} methods"):
+        curves_of = _curves(bridge, graph, data, {m: sc for m, (sc, _) in scored.items()}, s, name, task)
+    summary, curves, per_method = [], [], {}
+    fr = tuple(s["fractions"])
+    for method, (_, t_score) in scored.items():
+        head = {"model": name, "task": task, "part": "localization", "method": method}
+        pp, t_curve = curves_of[method]
+        if isinstance(pp, Exception):
+            status[method] = {**head, "status": "failed", "reason": f"{type(pp).__name__}: {pp}"}
             continue
-        cpu = {"score_cpu_s": t_score, "curves_cpu_s": t_curve}
+        ci = lm_pairs.pair_bootstrap(pp, fr, int(s["n_boot"]), int(s["boot_seed"]))
         per_method[method] = pp
         conv = {k: s.get(k, "") for k in ("kv_inputs", "bos", "bos_first")}
-        summary.append({**head, "n_edges": graph.n_edges, **conv, **ci, **cpu})
+        summary.append(
+            {**head, "n_edges": graph.n_edges, **conv, **ci, "score_cpu_s": t_score, "curves_cpu_s": t_curve}
+        )
         curves += [{**head, **r} for r in lm_pairs.curve_rows(pp, fr)]
-        status.append({**head, "status": "ran", "reason": f"{len(data)} pairs", "cpu_s": t_score + t_curve})
+        status[method] = {**head, "status": "ran", "reason": f"{len(data)} pairs", "cpu_s": t_score + t_curve}
+    status = [status[m] for m in s["methods"] if m in status]
     contrasts = lm_pairs.contrast_rows(per_method, "gim", fr, int(s["n_boot"]), int(s["boot_seed"]))
     return status, summary, curves, [{"model": name, "task": task, **c} for c in contrasts]
+
+
+def _curves(bridge, graph, data, scores: dict, s: dict, name: str, task: str) -> dict:
+    """{method: (per-pair curves or the exception that stopped them, CPU seconds)}: all
+    methods' circuits in one run, or, if that fails, each method's on its own."""
+    from selfrepair.gim import lm_pairs
+    from selfrepair.gim.graph import selection_rule
+
+    fr, bs = tuple(s["fractions"]), int(s["batch_size"])
+    if not scores:
+        return {}
+    try:
+        sel = {m: selection_rule(m) for m in scores}
+        many, t = _timed(lambda: lm_pairs.pair_curves_many(bridge, graph, data, scores, fr, bs, sel))
+        return {m: (many[m], t / len(scores)) for m in scores}
+    except Exception:  # noqa: BLE001  then each method on its own: a failure costs its row
+        LOG.exception("%s %s: the shared curve run failed; each method's circuits on their own", name, task)
+    out = {}
+    for m, sc in scores.items():
+        try:
+            out[m] = _timed(lambda: lm_pairs.pair_curves(bridge, graph, data, sc, fr, bs, selection_rule(m)))
+        except Exception as err:  # noqa: BLE001
+            LOG.exception("%s %s %s curves failed", name, task, m)
+            out[m] = (err, 0.0)
+    return out
 
 
 def ioi_truth(data) -> torch.Tensor:
@@ -177,7 +216,7 @@ def run_lm(folder, name: str, data_dir, s: dict, device: str = "cpu", every: flo
     graph = Graph.from_bridge(bridge)
     check_supported(bridge)
     fa_on = bool(s["fa"]["methods"] and s["fa"]["n_examples"])
-    stages = len(solved) * len(s["methods"]) + int(fa_on and "ioi" in solved)
+    stages = len(solved) * (len(s["methods"]) + 1) + int(fa_on and "ioi" in solved)  # + each task's curves
     with Progress(name, "GIM on the LM", max(1, stages), every) as prog:
         prog.watch(bridge)
         for task in solved:
