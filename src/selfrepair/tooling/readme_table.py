@@ -202,6 +202,7 @@ PLAIN = (
     "coax_ioi_summary",
     "gim_localization",
     "gim_localization_summary",
+    "benchmark_gim_lm_curves",
 )
 
 
