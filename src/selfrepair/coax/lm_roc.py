@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from selfrepair.coax.baselines import DISCOVERY_METHODS
+from selfrepair.core.files import require_columns
 from selfrepair.core.stats import roc_auc
 
 METHODS = ("coax", "single", "atp", "eap_ig", "atp_star")  # COAX and the claim's baselines
@@ -42,9 +43,7 @@ def roc_points(model: str, scores: pd.DataFrame, methods=METHODS) -> pd.DataFram
     prompt set whose candidates are all backups or none has no curve (and no rows): its
     AUC is undefined, as in the claim."""
     need = ["seeding", "unit", "backup", *{c for m in methods for c in _columns(m)}]
-    missing = [c for c in need if c not in scores.columns]
-    if missing:
-        raise ValueError(f"ioi_scores of {model}: lacks column(s) {', '.join(missing)}")
+    require_columns(scores, need, f"ioi_scores of {model}")
     rows = []
     by = ["seeding", "data_seed"] if "data_seed" in scores else ["seeding"]
     for key, t in scores.groupby(by, sort=False):

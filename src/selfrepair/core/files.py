@@ -91,3 +91,12 @@ def read_table(path):
 
     p = Path(path)
     return pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else None
+
+
+def require_columns(table, columns, where):
+    """``table`` if it has every one of ``columns``; else ValueError naming ``where`` (its
+    file or what it is) and the columns it lacks."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{where}: lacks column(s) {', '.join(missing)} (has {', '.join(map(str, table.columns))})")
+    return table

@@ -31,21 +31,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from selfrepair.core.files import require_columns as require  # noqa: E402
+
 SCALES = ("default", "large")  # config lms.scale
 VERDICT_COLORS = {"holds": "#1e8449", "fails": "#c0392b", "inconclusive": "#d68910", "not run": "#95a5a6"}
 # the claims table's columns the forest plot reads (core.real_claims writes them)
 CLAIMS_COLUMNS = tuple("model paper id claim measured ci_low ci_high verdict note threshold side".split())
 CURVES_COLUMNS = ("model", "task", "method", "ranking", "fraction", "faithfulness")
 ROC_COLUMNS = ("model", "seeding", "data_seed", "method", "fpr", "tpr", "auc")
-
-
-def require(table: pd.DataFrame, columns, where) -> pd.DataFrame:
-    """``table`` if it has every one of ``columns``; else ValueError naming ``where`` (its
-    file) and the columns it lacks."""
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
-        raise ValueError(f"{where}: lacks column(s) {', '.join(missing)} (has {', '.join(map(str, table.columns))})")
-    return table
 
 
 def read_table(path, columns) -> pd.DataFrame:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 from scipy import stats
 
 from selfrepair.core import real_claims as R
+from selfrepair.core.files import require_columns
 
 # what a claim's interval resamples (the claims table's `resampled`, by its first words)
 # -> (the config size that sets it, the part of the run that grows with it)
@@ -105,20 +105,14 @@ def part_costs(coax_status: pd.DataFrame | None, gim_status: pd.DataFrame | None
     of each task (``localization``, ``feature_attribution``)."""
     rows = []
     if coax_status is not None and len(coax_status):
-        _need(coax_status, ("model", "experiment", "cpu_s"), "paper B's status table")
+        require_columns(coax_status, ("model", "experiment", "cpu_s"), "paper B's status table")
         for r in coax_status.itertuples():
             rows.append((r.model, "coax", r.experiment, "", float(r.cpu_s)))
     if gim_status is not None and len(gim_status):
-        _need(gim_status, ("model", "task", "part", "cpu_s"), "paper C's status table")
+        require_columns(gim_status, ("model", "task", "part", "cpu_s"), "paper C's status table")
         g = gim_status.dropna(subset=["part"]).groupby(["model", "part", "task"], sort=False)["cpu_s"].sum()
         rows += [(m, "gim", part, task, float(c)) for (m, part, task), c in g.items()]
     return pd.DataFrame(rows, columns=["model", "paper", "part", "task", "cpu_s"])
-
-
-def _need(t: pd.DataFrame, cols, what: str) -> None:
-    missing = [c for c in cols if c not in t.columns]
-    if missing:
-        raise ValueError(f"{what} lacks the column(s) {', '.join(missing)}")
 
 
 def power_table(claims: pd.DataFrame, costs: pd.DataFrame, sizes: dict, alpha: float = 1 - R.LEVEL) -> pd.DataFrame:
@@ -126,7 +120,7 @@ def power_table(claims: pd.DataFrame, costs: pd.DataFrame, sizes: dict, alpha: f
     {config size: value}; ``costs``: :func:`part_costs`. The claim's n over its size is
     the units per unit of the size (scored prompts per ``n_prompts``: one per data seed;
     the answered prompts per ``fa_examples``), and it is held at that."""
-    _need(claims, ("model", "paper", "id", "claim", "measured", "ci_low", "ci_high", "threshold", "n",
+    require_columns(claims, ("model", "paper", "id", "claim", "measured", "ci_low", "ci_high", "threshold", "n",
                    "resampled", "verdict", "verdict_holm", "p"), "the claims table")  # fmt: skip
     tested = claims[claims["p"].notna()]
     m = max(len(tested), 1)
@@ -169,14 +163,3 @@ def _note(verdict: str, need: float, n: int, resampled: str) -> str:
     if verdict in ("holds", "fails"):
         return f"decided at n = {n}; {int(need)} {unit_words} would still decide it if the effect stayed"
     return f"needs about {int(need)} {unit_words} (now {n}) if the effect stayed"
-
-
-def budget_summary(power: pd.DataFrame) -> pd.DataFrame:
-    """Per model and part: the part's CPU time now and at the largest size its still
-    inconclusive claims need (each part grows to the size of its most demanding claim)."""
-    open_ = power[(power["verdict"] == "inconclusive") & np.isfinite(power["projected_cpu_s"].astype(float))]
-    now = power.groupby(["model", "part"], sort=False)["part_cpu_s"].first()
-    grow = open_.groupby(["model", "part"], sort=False)["projected_cpu_s"].max()
-    out = pd.DataFrame({"cpu_s_now": now, "cpu_s_to_decide": grow}).reset_index()
-    out["cpu_s_to_decide"] = out[["cpu_s_now", "cpu_s_to_decide"]].max(axis=1)
-    return out
