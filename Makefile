@@ -96,6 +96,10 @@ reference: env
 	-for d in results/coax/lms/*/; do m=$$(basename $$d); \
 	  cp $$d/tables/seeds_stability.csv results/reference/real_lms_seeds_$$m.csv; \
 	  cp $$d/tables/ioi_scores.csv results/reference/real_lms_scores_$$m.csv; done
+	-for d in results/coax/lms/*/pruning/; do m=$$(basename $$(dirname $$d)); \
+	  cp $$d/sequences.csv results/reference/real_lms_pruning_$$m.csv; done
+	-set -- results/coax/lms/*/pruning/status.csv; [ -f "$$1" ] && { head -n 1 "$$1"; \
+	  for s in "$$@"; do tail -n +2 "$$s"; done; } > results/reference/real_lms_pruning_status.csv
 	cp results/heroes/tables/rho.csv results/reference/heroes_rho.csv
 	cp results/heroes/tables/run_summary.csv results/reference/heroes_run.csv
 	-cp results/benchmarks/heroes.csv results/reference/benchmark_heroes.csv

@@ -23,7 +23,9 @@ for lm in smk.params.lms:
         folder = Path(smk.input[f"coax_{lm}"])
         names = ("ioi_scores", "ioi_truth", "ioi_prompts", "induction_sequences")
         tables = {n: t for n in names if (t := read(folder / f"{n}.csv")) is not None}
-        rows += coax_claims(lm, tables, smk.params.backup_share)
+        if f"coax_pruning_{lm}" in smk.input.keys():  # where rule coax_lm_pruning runs
+            tables["pruning_sequences"] = read(smk.input[f"coax_pruning_{lm}"])
+        rows += coax_claims(lm, tables, smk.params.backup_share, smk.params.pruning_headline)
     if "gim" in smk.params.papers:
         tasks, contrasts = read(smk.input[f"gim_tasks_{lm}"]), read(smk.input[f"gim_contrasts_{lm}"])
         rows += gim_claims(lm, tasks, contrasts if contrasts is not None else pd.DataFrame(),

@@ -25,6 +25,7 @@ for lm in smk.params.lms:
         "n_prompts": coax_sizes["n_prompts"],
         "n_truth": coax_sizes["n_truth"],
         "induction_prompts": coax_sizes["induction_prompts"],
+        "pruning_n_eval": smk.params.pruning_n_eval,
     }
     sizes[(lm, "gim")] = {k: gim_sizes[k] for k in ("n_eval", "fa_examples")}
 power = real_power.power_table(claims, costs, sizes)

@@ -625,6 +625,26 @@ def test_coax_lm_on_cuda(cuda, tmp_path):
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cuda" / f.name), pd.read_csv(f), check_exact=False)
 
 
+def test_coax_lm_pruning_on_cuda(cuda, tmp_path):
+    """coax_lm_pruning's entry point (coax.lm_pruning.coax_lm_pruning): the plays' windows,
+    every method's order and the perplexity sweep on a tiny random Llama, the CPU's tables
+    on the emulated device."""
+    import pandas as pd
+
+    from selfrepair.coax import lm_pruning
+
+    folder, _ = _tiny_lm_with_data(tmp_path)
+    s = {"sparsities": [0.0, 0.25, 0.5], "headline": 0.5, "calibration": "othello", "evaluation": "hamlet",
+         "n_calib": 2, "n_eval": 3, "length": 12, "stride": 3, "seed": 0}  # fmt: skip
+    ec.uninstall()
+    host = lm_pruning.coax_lm_pruning(folder, "tiny", s, 8, 64, "cpu")
+    ec.install()
+    dev = lm_pruning.coax_lm_pruning(folder, "tiny", s, 8, 64, "cuda")
+    assert dev["status"]["status"].tolist() == ["ran"]
+    for name in ("perplexity", "sequences", "orders"):
+        pd.testing.assert_frame_equal(dev[name], host[name], check_exact=False)
+
+
 def test_gim_lm_on_cuda(cuda, tmp_path):
     """gim_lm's entry point (gim.lm_run.run_lm): the gate, EAP and GIM with their curves,
     contrasts and feature attribution, the CPU's tables on the emulated device."""
@@ -698,6 +718,7 @@ RULES = {
     "groundtruth_gim": ("test_groundtruth_on_cuda",),
     "own_{_kind}": ("test_own_analyses_on_cuda",),
     "coax_lm": ("test_coax_lm_on_cuda",),
+    "coax_lm_pruning": ("test_coax_lm_pruning_on_cuda",),
     "gim_lm": ("test_gim_lm_on_cuda",),
     "groundtruth_lm": ("test_groundtruth_lm_on_cuda",),
     "lm_convert": "no device: converts a GGUF file on the host (the rule's device is cpu; gguf_files.convert dequantizes and saves float32 weights)",

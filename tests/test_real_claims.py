@@ -187,8 +187,11 @@ def test_coax_lm_claims_from_hand_made_tables():
     assert list(t.index) == [
         "lm_coax_primaries_damage", "lm_coax_auc_beats_baselines", "lm_coax_backups_wake_up",
         "lm_coax_freeze_removes_repair", "lm_coax_knockout_lowers_logit_diff", "lm_coax_induction_beats_random",
+        "lm_coax_pruning_beats_baselines",
     ]  # fmt: skip
-    assert (t["n"] >= 2).all() and (t["resampled"] != "").all()
+    assert t.loc["lm_coax_pruning_beats_baselines", "verdict"] == "not run"  # no pruning table here
+    ran = t[t["verdict"] != "not run"]
+    assert (ran["n"] >= 2).all() and (ran["resampled"] != "").all()
     d = t.loc["lm_coax_primaries_damage"]
     assert d["measured"] == pytest.approx(1.5) and 1.0 <= d["ci_low"] <= 1.5 <= d["ci_high"] <= 2.0
     assert d["verdict"] == "holds" and d["n"] == 4
@@ -207,6 +210,36 @@ def test_coax_lm_claims_from_hand_made_tables():
     assert i["n"] == 3 and i["resampled"] == "evaluation sequences"
     # nothing ran: every claim is not run, never inconclusive
     assert {r["verdict"] for r in lm_claims("m", {})} == {"not run"}
+
+
+def test_the_pruning_claim_from_hand_made_windows():
+    import numpy as np
+    import pandas as pd
+
+    from selfrepair.coax.lm_claims import lm_claims
+
+    # per window NLL at 50%: COAX 2.0 on each; Wanda (the best baseline) 2.5, 2.5, 3.5: mean 2.833;
+    # Taylor 4.0 on each; at 10% (not the headline) COAX would lose
+    nll = {"coax": [2.0, 2.0, 2.0], "wanda": [2.5, 2.5, 3.5], "taylor": [4.0, 4.0, 4.0]}
+    rows = [{"method": m, "sparsity": 0.5, "n_pruned": 36, "window": w, "nll": x} for m, v in nll.items()
+            for w, x in enumerate(v)] + [{"method": m, "sparsity": 0.1, "n_pruned": 7, "window": w, "nll": x}
+            for m, x in (("coax", 9.0), ("wanda", 1.0)) for w in range(3)]  # fmt: skip
+    seq = pd.DataFrame(rows)
+    got = {r["id"]: r for r in lm_claims("m", {"pruning_sequences": seq}, headline=0.5)}
+    r = got["lm_coax_pruning_beats_baselines"]
+    assert r["measured"] == pytest.approx(2.5 + 1 / 3 - 2.0)
+    # every resample's best baseline: Wanda's mean over the drawn windows is 2.5 at least
+    assert 0.5 - 1e-12 <= r["ci_low"] <= r["measured"] <= r["ci_high"] <= 1.5 + 1e-12
+    assert r["verdict"] == "holds" and r["n"] == 3 and r["resampled"].startswith("evaluation windows")
+    assert f"coax {np.exp(2.0):.1f}" in r["note"] and "(wanda here)" in r["note"]
+    # Taylor alone as the baseline: 2.0 on every resample
+    alone = seq[seq["method"] != "wanda"]
+    r = {x["id"]: x for x in lm_claims("m", {"pruning_sequences": alone}, headline=0.5)}[
+        "lm_coax_pruning_beats_baselines"
+    ]
+    assert r["measured"] == pytest.approx(2.0) and r["ci_low"] == pytest.approx(2.0) == r["ci_high"]
+    with pytest.raises(ValueError, match="no COAX and baseline rows at sparsity 0.3"):
+        lm_claims("m", {"pruning_sequences": seq}, headline=0.3)
 
 
 def test_labels_that_flip_across_truth_prompts_widen_the_auc_interval():

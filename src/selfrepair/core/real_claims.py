@@ -180,6 +180,7 @@ def table(rows: list[dict], alpha: float = 1 - LEVEL) -> pd.DataFrame:
     """The claims table (:data:`COLUMNS`): each row's interval p-value
     (:func:`interval_p`) and its verdict after Holm's adjustment over the whole table."""
     t = pd.DataFrame(rows, columns=COLUMNS)
+    t["n"] = pd.array(t["n"], dtype="Int64")  # a count, empty where not run (never 16.0)
     bad = sorted(set(t["verdict"]) - set(VERDICTS))
     if bad:
         raise ValueError(f"unknown verdicts {bad}; one of {', '.join(VERDICTS)}")

@@ -41,6 +41,7 @@ UNITS = {
     ("coax", "scored prompts"): ("n_prompts", "ioi"),
     ("coax", "truth prompts"): ("n_truth", "ioi"),
     ("coax", "evaluation sequences"): ("induction_prompts", "induction"),
+    ("coax", "evaluation windows"): ("pruning_n_eval", "pruning"),
     ("gim", "pairs"): ("n_eval", "localization"),
     ("gim", "prompts"): ("fa_examples", "feature_attribution"),
 }

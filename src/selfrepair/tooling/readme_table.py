@@ -356,7 +356,8 @@ RENDERERS = {
 }
 
 # every block this module renders (one whose reference file is absent keeps its text)
-NAMES = ("headline", "published", "real_lms_conventions", "real_lms_fa", "real_lms_seeds", *PLAIN, *RENDERERS)
+NAMES = ("headline", "published", "real_lms_conventions", "real_lms_fa", "real_lms_seeds", "real_lms_pruning", *PLAIN,
+         *RENDERERS)  # fmt: skip
 
 
 def blocks() -> dict[str, str]:
@@ -374,6 +375,7 @@ def blocks() -> dict[str, str]:
     out.update(real_lms_table.conventions_block(REFERENCE))
     out.update(real_lms_table.fa_block(REFERENCE))
     out.update(coax_lm_tables.seeds_block(REFERENCE))
+    out.update(coax_lm_tables.pruning_block(REFERENCE))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():

@@ -68,9 +68,12 @@ def full_markdown(t: pd.DataFrame) -> str:
         "note",
     ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    t = t.assign(n=pd.array(t["n"], dtype="Int64"))  # a count (a CSV read gives floats where one is empty)
     for r in t[cols].itertuples(index=False):
         cells = [MODEL_LABELS.get(r[0], r[0])] + [_v(x) if i in (3, 4, 5) else str(x) for i, x in enumerate(r)][1:]
-        lines.append("| " + " | ".join("" if c in ("nan", "None") else c.replace("|", "/") for c in cells) + " |")
+        lines.append(
+            "| " + " | ".join("" if c in ("nan", "None", "<NA>") else c.replace("|", "/") for c in cells) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -212,6 +215,7 @@ def fa_block(reference: Path) -> dict[str, str]:
 COST_RULES = {
     (("lms",), "convert.tsv"): "lm_convert",
     (("coax", "lms"), "run.tsv"): "coax_lm",
+    (("coax", "lms"), "pruning.tsv"): "coax_lm_pruning",
     (("gim", "lms"), "run.tsv"): "gim_lm",
     (("groundtruth", "lms"), "run.tsv"): "groundtruth_lm",
 }
