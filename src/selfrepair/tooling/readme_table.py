@@ -3,10 +3,9 @@
     python -m selfrepair.tooling.readme_table          # rewrite the generated blocks of every document
     python -m selfrepair.tooling.readme_table --check  # exit 1 if any document is out of date
 
-A block is the text between `<!-- name:start -->` and `<!-- name:end -->`; the documents
-are README.md and every markdown file under docs/ (subfolders too), and a block is rendered into every document that has its
-markers. Every number in those blocks comes from files under results/reference/, which
-are copies of what a full default run of the workflow wrote.
+A block is the text between `<!-- name:start -->` and `<!-- name:end -->`, rendered into every document
+that has its markers (README.md and every markdown file under docs/, subfolders too). Every number in
+those blocks comes from files under results/reference/, copies of what a full run of the workflow wrote.
 """
 
 from __future__ import annotations
@@ -356,8 +355,9 @@ RENDERERS = {
 }
 
 # every block this module renders (one whose reference file is absent keeps its text)
-NAMES = ("headline", "published", "real_lms_conventions", "real_lms_fa", "real_lms_seeds", "real_lms_pruning", *PLAIN,
-         *RENDERERS)  # fmt: skip
+REAL_LMS = {"real_lms_conventions": real_lms_table.conventions_block, "real_lms_fa": real_lms_table.fa_block,
+            "real_lms_seeds": coax_lm_tables.seeds_block, "real_lms_pruning": coax_lm_tables.pruning_block}  # fmt: skip
+NAMES = ("headline", "published", *REAL_LMS, *PLAIN, *RENDERERS)
 
 
 def blocks() -> dict[str, str]:
@@ -372,10 +372,8 @@ def blocks() -> dict[str, str]:
             out["headline"] += "\n" + "\n".join(real_lms_table.headline_rows(pd.read_csv(lms)))
         real = REFERENCE / "real_size.csv"
         out.update(doc_blocks.blocks(pd.read_csv(f), pd.read_csv(real) if real.exists() else None))
-    out.update(real_lms_table.conventions_block(REFERENCE))
-    out.update(real_lms_table.fa_block(REFERENCE))
-    out.update(coax_lm_tables.seeds_block(REFERENCE))
-    out.update(coax_lm_tables.pruning_block(REFERENCE))
+    for block in REAL_LMS.values():  # the real-LM blocks of real-lms.md, each from its reference copies
+        out.update(block(REFERENCE))
     for name in PLAIN:
         f = REFERENCE / f"{name}.csv"
         if f.exists():
