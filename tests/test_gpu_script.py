@@ -373,3 +373,16 @@ def test_a_step_is_stopped_at_its_deadline(tmp_path):
     ph = gb.run_snakemake(["bash", "-c", "exit 3"], dict(os.environ), t + 60, tmp_path / "log")
     assert ph["status"] == "failed (3)"
     assert (tmp_path / "log").read_text().startswith("$ bash -c exit 3")
+
+
+@pytest.mark.slow
+def test_the_large_lms_script_plans_every_real_lm_job_of_the_large_scale_on_cuda():
+    r = subprocess.run(["bash", str(gb.HERE / "large_lms.sh"), "--dry-run"], capture_output=True, text=True,
+                       timeout=900)  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    for rule in ("coax_lm", "coax_lm_pruning", "gim_lm"):  # one job per packaged LM each
+        assert re.search(rf"^{rule}\s+2$", out, re.M), (rule, out[-3000:])
+    assert re.search(r"^real_lms_claims\s+1$", out, re.M)
+    r = subprocess.run(["bash", str(gb.HERE / "large_lms.sh"), "bogus"], capture_output=True, text=True)
+    assert r.returncode == 2 and "usage" in r.stderr
