@@ -202,6 +202,7 @@ PLAIN = (
     "gim_localization",
     "gim_localization_summary",
     "benchmark_gim_lm_curves",
+    "benchmark_lm_pruning",
 )
 
 
