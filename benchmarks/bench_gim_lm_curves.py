@@ -77,12 +77,8 @@ def main(argv=None) -> int:
     def shared():
         return lm_pairs.pair_curves_many(bridge, graph, data, scores, fr, args.batch_size, sel)
 
-    best, out = {}, {}
-    for _, name, (res, cpu) in harness.interleaved(
-        {"each": lambda: _cpu(each), "shared": lambda: _cpu(shared)}, args.repeats
-    ):
-        best[name] = min(best.get(name, float("inf")), cpu)
-        out[name] = res
+    timed = harness.best_of({"each": each, "shared": shared}, args.repeats, harness.cpu_timed)
+    best, out = {k: v[0] for k, v in timed.items()}, {k: v[1] for k, v in timed.items()}
     equal = all(
         np.array_equal(out["each"][m][k], out["shared"][m][k])
         for m in scores
@@ -99,14 +95,6 @@ def main(argv=None) -> int:
     print(pd.Series(row).to_string())
     harness.write(pd.DataFrame([row]), args, keys=["model", "task"])
     return 0 if equal else 1
-
-
-def _cpu(fn):
-    import time
-
-    t = time.process_time()
-    res = fn()
-    return res, time.process_time() - t
 
 
 if __name__ == "__main__":

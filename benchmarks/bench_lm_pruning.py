@@ -16,7 +16,6 @@ results/reference/benchmark_lm_pruning.csv.
 """
 
 import sys
-import time
 from pathlib import Path
 
 import harness
@@ -74,11 +73,8 @@ def main(argv=None) -> int:
     def given():
         return [h.name for h in lm_pruning.coax_order(bridge, calib, heads, k, pos, args.top_r, args.max_rows)[0]]
 
-    best, out = {}, {}
-    for _, name, (res, cpu) in harness.interleaved({"scan": lambda: _cpu(scan), "given": lambda: _cpu(given)},
-                                                   args.repeats):  # fmt: skip
-        best[name] = min(best.get(name, float("inf")), cpu)
-        out[name] = res
+    timed = harness.best_of({"scan": scan, "given": given}, args.repeats, harness.cpu_timed)
+    best, out = {k: v[0] for k, v in timed.items()}, {k: v[1] for k, v in timed.items()}
     flops = {name: harness.executed_flops(fn) for name, fn in (("scan", scan), ("given", given))}
     rate = harness.matmul_throughput()
     row = {
@@ -96,12 +92,6 @@ def main(argv=None) -> int:
     print(pd.Series(row).to_string())
     harness.write(pd.DataFrame([row]), args, keys=["model"])
     return 0 if row["same_order"] else 1
-
-
-def _cpu(fn):
-    t = time.process_time()
-    res = fn()
-    return res, time.process_time() - t
 
 
 if __name__ == "__main__":

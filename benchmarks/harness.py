@@ -6,7 +6,7 @@
   ``--out`` (its one CSV, under results/benchmarks/) and ``--write`` (also copy that CSV
   into results/reference/ and render its doc block into README.md and docs/*.md with
   :mod:`selfrepair.tooling.readme_table`); :func:`start` applies them;
-- :func:`timed`, :func:`best_of`, :func:`interleaved`: seconds of calls; repeats run
+- :func:`timed`, :func:`cpu_timed`, :func:`best_of`, :func:`interleaved`: seconds of calls; repeats run
   interleaved (round r runs every variant once, the order rotated by r), so a slow
   stretch of the machine falls on every variant alike;
 - the compute floor: :func:`matmul_throughput` (FLOP/s measured here),
@@ -69,6 +69,13 @@ def timed(fn: Callable) -> tuple[object, float]:
     return out, time.perf_counter() - t0
 
 
+def cpu_timed(fn: Callable) -> tuple[object, float]:
+    """(``fn()``, the process CPU seconds it took: every thread's, not the wall clock)."""
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
 def interleaved(calls: dict[str, Callable], repeats: int) -> Iterator[tuple[int, str, object]]:
     """(round, name, result) of every call ``repeats`` times: round r runs each call once,
     starting at the (r mod n)-th, so that no call always runs first or after the same one."""
@@ -79,11 +86,12 @@ def interleaved(calls: dict[str, Callable], repeats: int) -> Iterator[tuple[int,
             yield r, name, calls[name]()
 
 
-def best_of(calls: dict[str, Callable], repeats: int) -> dict[str, tuple[float, object]]:
+def best_of(calls: dict[str, Callable], repeats: int, timer: Callable | None = None) -> dict[str, tuple[float, object]]:
     """{name: (fewest seconds, the result of that call's last run)} over ``repeats``
-    interleaved rounds."""
+    interleaved rounds (``timer``: :func:`timed` by default, wall seconds, or :func:`cpu_timed`)."""
+    timer = timer or timed
     best: dict[str, tuple[float, object]] = {}
-    for _, name, (out, s) in interleaved({n: (lambda f=f: timed(f)) for n, f in calls.items()}, repeats):
+    for _, name, (out, s) in interleaved({n: (lambda f=f: timer(f)) for n, f in calls.items()}, repeats):
         best[name] = (min(s, best.get(name, (s,))[0]), out)
     return best
 

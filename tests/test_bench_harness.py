@@ -48,6 +48,10 @@ def test_best_of_keeps_each_calls_fewest_seconds(monkeypatch):
     monkeypatch.setattr(harness, "timed", lambda f: (f(), next(seconds)))
     best = harness.best_of({"a": lambda: "A", "b": lambda: "B"}, 3)
     assert best == {"a": (3.0, "A"), "b": (0.5, "B")}
+    # another clock (cpu_timed's place): the same rule over its seconds
+    cpu = iter([2.0, 1.0, 3.0, 0.25])  # rounds: a b | b a
+    best = harness.best_of({"a": lambda: "A", "b": lambda: "B"}, 2, lambda f: (f(), next(cpu)))
+    assert best == {"a": (0.25, "A"), "b": (1.0, "B")}
 
 
 def test_floor_ratios_by_hand():
