@@ -221,7 +221,18 @@ def test_rule_steps_are_the_reference_steps():
     assert len(found) >= 20, found
     for rule, step in found.items():
         assert gm.rule_step(rule) == step, rule
-        assert step in ref, f"{rule}: {step} is not in {gb.REFERENCE.name}"
+        if rule not in LARGE_SCALE_ONLY:
+            assert step in ref, f"{rule}: {step} is not in {gb.REFERENCE.name}"
+    # the exemption holds while the default run does not prune
+    import yaml
+
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "coax.schema.yaml").read_text())
+    assert schema["properties"]["lms"]["properties"]["pruning"]["properties"]["scales"]["default"] == ["large"]
+
+
+# rules the default run never runs (coax.lms.pruning.scales: large), so the reference
+# run's runtime.csv has no row for them
+LARGE_SCALE_ONLY = {"coax_lm_pruning"}
 
 
 def test_the_samplers_output_is_parsed():

@@ -78,6 +78,7 @@ RULE_STEPS = {
     # the packaged real LMs: benchmarks/{part}/lms/{lm}/run.tsv, benchmarks/lms/{lm}/convert.tsv
     "lm_convert": ("lms", "convert"),
     "coax_lm": ("coax", "lms_run"),
+    "coax_lm_pruning": ("coax", "lms_pruning"),  # benchmarks/coax/lms/{lm}/pruning.tsv
     "gim_lm": ("gim", "lms_run"),
     "groundtruth_lm": ("groundtruth", "lms_run"),
 }
