@@ -176,20 +176,6 @@ def coax_rows(n_heads: int, n_remove: int, b: int, start: int = 0) -> int:
     return b * (1 + (n_heads if start == 0 else 0) + later)
 
 
-def one_shot_orders(bridge, calib, heads, loss_fn, seed: int) -> dict[str, list[Component]]:
-    """Random (seeded), Magnitude, Wanda and Taylor: each scores once on the dense model;
-    the smallest score goes first."""
-    rng = np.random.default_rng(seed)
-    out = {"random": [heads[i] for i in rng.permutation(len(heads))]}
-    for name, sc in (
-        ("magnitude", pruning.magnitude_scores(bridge, heads)),
-        ("wanda", pruning.wanda_scores(bridge, calib, heads)),
-        ("taylor", pruning.taylor_scores(bridge, calib, heads, loss_fn)),
-    ):
-        out[name] = sorted(heads, key=lambda h: sc[h.name])
-    return out
-
-
 def sequence_nll(logits: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
     """Per window, the mean next-token NLL [B] of ``tokens`` given their logits [B, T, V]."""
     lp = torch.log_softmax(logits[:, :-1].float(), -1)
@@ -211,7 +197,8 @@ def perplexities(bridge, evalset, orders: dict, sparsities, max_rows: int) -> pd
             if n > len(order):
                 raise ValueError(f"{m}'s order holds {len(order)} heads, fewer than sparsity {s}'s {n}")
             jobs.setdefault(tuple(h.name for h in order[:n]), []).append((m, float(s), n))
-    sets = {k: [next(h for o in orders.values() for h in o if h.name == u) for u in k] for k in jobs}
+    by_name = {h.name: h for o in orders.values() for h in o}
+    sets = {k: [by_name[u] for u in k] for k in jobs}
     nll: dict[tuple, np.ndarray] = {k: np.empty(evalset.shape[0]) for k in jobs}
     keys = list(jobs)
     for c0 in range(0, evalset.shape[0], chunk):
@@ -256,7 +243,7 @@ def run(bridge, calib, evalset, cfg: dict, prog=None, checkpoint=None, identity:
         return prog.stage(name, rows) if prog is not None else _null()
 
     with stage("one-shot scores: random, magnitude, wanda, taylor"):
-        orders = one_shot_orders(bridge, calib, heads, lambda lg: lm_loss(lg, calib), int(cfg["seed"]))
+        orders = pruning.one_shot_orders(bridge, calib, heads, lambda lg: lm_loss(lg, calib), int(cfg["seed"]))
     pos, top_r = kept_positions(calib.shape[1], int(cfg["stride"])), int(cfg["top_r"])
     saved = 0 if checkpoint is None else len(_resume(checkpoint, checkpoint_key(calib, heads, pos, top_r, identity),
                                                      heads, quiet=True))  # fmt: skip

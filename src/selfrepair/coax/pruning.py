@@ -71,10 +71,9 @@ def coax_order(bridge, tokens, heads, n_remove: int, protocol="v1", top_r=192, m
     return pruned, passes
 
 
-def orders(
-    bridge, calib, heads, loss_fn, max_sparsity: float, seed: int = 0, protocol="v1", top_r=192, max_rows=2048
-) -> dict[str, list[Component]]:
-    """Removal order of each method (COAX only up to ``max_sparsity``)."""
+def one_shot_orders(bridge, calib, heads, loss_fn, seed: int = 0) -> dict[str, list[Component]]:
+    """Random (a permutation seeded by ``seed``), Magnitude, Wanda and Taylor: each scores
+    once on the dense model, the smallest score first."""
     rng = np.random.default_rng(seed)
     out = {"random": [heads[i] for i in rng.permutation(len(heads))]}
     for name, sc in (
@@ -83,6 +82,14 @@ def orders(
         ("taylor", taylor_scores(bridge, calib, heads, loss_fn)),
     ):
         out[name] = sorted(heads, key=lambda h: sc[h.name])
+    return out
+
+
+def orders(
+    bridge, calib, heads, loss_fn, max_sparsity: float, seed: int = 0, protocol="v1", top_r=192, max_rows=2048
+) -> dict[str, list[Component]]:
+    """Removal order of each method (COAX only up to ``max_sparsity``)."""
+    out = one_shot_orders(bridge, calib, heads, loss_fn, seed)
     n = int(round(max_sparsity * len(heads)))
     out["coax"], _ = coax_order(bridge, calib, heads, n, protocol, top_r, max_rows)
     return out
