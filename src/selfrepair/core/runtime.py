@@ -56,7 +56,49 @@ def compute_setup(smk) -> str | None:
     global NUMERICS_RECORD
     NUMERICS_RECORD = numerics.record(mode, device)
     print("numerics:", json.dumps(NUMERICS_RECORD, sort_keys=True), file=sys.stderr, flush=True)
+    count_flops(os.environ.get(FLOPS_ENV))
     return device
+
+
+FLOPS_ENV = "SELFREPAIR_FLOPS_OUT"  # a JSON-lines file: count this job's matmul FLOPs into it
+_COUNTING = False
+
+
+def count_flops(out: str | None) -> bool:
+    """With ``out`` a path (the environment's :data:`FLOPS_ENV`, set by
+    benchmarks/bench_lm_floor.py), count every matmul FLOP this process runs from here on
+    (torch's FlopCounterMode: linear layers, matmuls and the unembedding, forward and
+    backward; not the CPU's fused attention kernels) and append one line to ``out`` when it
+    ends: {"rule", "wildcards", "flops", "cpu_s"} (the process's CPU seconds, counting
+    included). The counting slows the job: its times are not the job's. Once per process;
+    False when not counting."""
+    global _COUNTING
+    if not out or _COUNTING:
+        return False
+    import atexit
+    import resource
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    counter.__enter__()
+    _COUNTING = True
+    job = dict(JOB or {})
+
+    def write():
+        counter.__exit__(None, None, None)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        line = {
+            "rule": job.get("rule", "?"),
+            "wildcards": job.get("wildcards", {}),
+            "flops": float(counter.get_total_flops()),
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+        }
+        with open(out, "a") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+
+    atexit.register(write)
+    return True
 
 
 # safe file helpers (core.files) and the records of what each job wrote, and the checks of what it reads (core.records),

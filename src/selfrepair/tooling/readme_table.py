@@ -192,10 +192,7 @@ def _num(v):
 
 # blocks that are a reference file rendered as a plain table
 PLAIN = (
-    "heroes_rho",
-    "heroes_run",
-    "benchmark_heroes",
-    "benchmark_heroes_n1000",
+    *("heroes_rho", "heroes_run", "benchmark_heroes", "benchmark_heroes_n1000"),
     "heroes_grid_rho",
     "heroes_grid_noise",
     "coax_ioi_summary",
@@ -203,6 +200,7 @@ PLAIN = (
     "gim_localization_summary",
     "benchmark_gim_lm_curves",
     "benchmark_lm_pruning",
+    "benchmark_lm_floor",
 )
 
 

@@ -1,0 +1,152 @@
+"""Each real-LM rule's CPU time against its executed-work floor: the matmul FLOPs the
+job runs, at the matmul rate measured on the same machine in the same run.
+
+Every rule named (``coax_lm``, ``gim_lm``, ``groundtruth_lm``) runs twice on each packaged
+model, through the workflow itself (the same Snakefile, rules and scripts as a run), in a
+scratch folder (``--workdir``) at the sizes of ``--sizes`` (a config file merged over
+config/config.yaml; default: this script's small sizes, a few CPU-minutes per job):
+
+1. plainly, ``snakemake --cores 1``: the job's CPU seconds from its ``benchmark:`` file;
+2. again (``--forcerun``) with ``SELFREPAIR_FLOPS_OUT`` set, so that each job counts
+   every matmul FLOP it runs (``runtime.count_flops``: torch's FlopCounterMode; linear
+   layers, matmuls and the unembedding, forward and backward, not the CPU's fused
+   attention kernels) and appends them to a file.
+
+Then ``floor_s`` = FLOPs / the matmul rate (``harness.matmul_throughput``) and
+``over_floor`` = CPU seconds / floor_s: 1 would be every counted FLOP at the rate of a
+large float32 matmul; what is above is the model's small matmuls, attention, Python,
+hooks and whatever else the job does besides matmuls.
+
+    python benchmarks/bench_lm_floor.py [--models smollm2-135m gemma-3-270m]
+        [--rules coax_lm gim_lm groundtruth_lm] [--sizes FILE] [--workdir DIR] [--reuse] [--write]
+
+``--reuse``: the two runs are already in ``--workdir`` (an earlier call's); only measure
+the matmul rate again and write the rows (when something shared the machine during the
+first call's rate).
+
+One row per (rule, model) goes to ``--out`` (merged with its other rows); ``--write``:
+also results/reference/benchmark_lm_floor.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import harness
+
+harness.configure()
+
+import pandas as pd  # noqa: E402
+
+ROOT = harness.ROOT
+RULES = {  # rule: (an output the rule writes for model {m}, its benchmark file)
+    "coax_lm": ("results/coax/lms/{m}/status.csv", "benchmarks/coax/lms/{m}/run.tsv"),
+    "gim_lm": ("results/gim/lms/{m}/status.csv", "benchmarks/gim/lms/{m}/run.tsv"),
+    "groundtruth_lm": ("results/groundtruth/lms/{m}/shapley.csv", "benchmarks/groundtruth/lms/{m}/run.tsv"),
+}
+# a few CPU-minutes per job on 2 cores; every part of each rule still runs
+SMALL = """\
+coax:
+  lms:
+    default: {n_bos: 4, n_truth: 4, n_prompts: 4, data_seeds: [1], induction_T: 48, induction_prompts: 2}
+gim:
+  lms:
+    n_eval: 4
+    batch_size: 4
+    fa_examples: 2
+groundtruth:
+  lms: {n_pairs: 4}
+"""
+
+
+def snakemake(workdir: Path, configs: list[Path], targets: list[str], extra: list[str], env: dict) -> None:
+    """One run of the workflow in ``workdir`` (one job at a time); raises on failure."""
+    cmd = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+        "--configfile", *map(str, configs), "--cores", "1", *extra, "--", *targets,
+    ]  # fmt: skip
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=env)
+
+
+def flops_lines(path: Path) -> dict[tuple[str, str], dict]:
+    """The counted jobs' lines, by (rule, model)."""
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        r = json.loads(line)
+        out[(r["rule"], r["wildcards"].get("lm", ""))] = r
+    return out
+
+
+def floor_rows(workdir: Path, rules, models, counted: dict, rate: float) -> list[dict]:
+    """One row per (rule, model): the plain run's CPU seconds, the counted FLOPs, the floor."""
+    rows = []
+    for rule in rules:
+        for m in models:
+            tsv = workdir / RULES[rule][1].format(m=m)
+            cpu = float(pd.read_csv(tsv, sep="\t")["cpu_time"].iloc[0])
+            c = counted.get((rule, m))
+            if c is None:
+                raise SystemExit(f"{rule} on {m}: the counted run wrote no FLOP line to {workdir}")
+            floor = c["flops"] / rate
+            rows.append(
+                {
+                    "rule": rule,
+                    "model": m,
+                    "cpu_s": round(cpu, 1),
+                    "gflop": round(c["flops"] / 1e9, 1),
+                    "matmul_gflop_per_s": round(rate / 1e9, 1),
+                    "floor_s": round(floor, 1),
+                    "over_floor": round(cpu / floor, 2),
+                    "cpu_s_counting": round(c["cpu_s"], 1),
+                }  # fmt: skip
+            )
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = harness.arguments(__doc__, "lm_floor.csv", threads=1)
+    ap.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma-3-270m"])
+    ap.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
+    ap.add_argument("--sizes", type=Path, help="a config file merged over config/config.yaml (default: small sizes)")
+    ap.add_argument("--workdir", type=Path, help="scratch folder of the two runs (default: a new temporary one)")
+    ap.add_argument("--reuse", action="store_true", help="the two runs already in --workdir: measure the rate, write")
+    args = ap.parse_args(argv)
+    if args.reuse and not args.workdir:
+        ap.error("--reuse needs the --workdir of the earlier runs")
+    threads = harness.start(args)  # the matmul rate under the jobs' numerics and threads
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="selfrepair-floor-"))).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    sizes = args.sizes.resolve() if args.sizes else workdir / "sizes.yaml"
+    if not args.sizes:
+        sizes.write_text(SMALL)
+    models = {"lms": {"models": list(args.models), "scale": "default"}, "numerics": args.numerics,
+              "threads": args.threads, "device": "cpu"}  # fmt: skip
+    (workdir / "models.yaml").write_text(json.dumps(models))
+    configs = [ROOT / "config" / "config.yaml", sizes, workdir / "models.yaml"]
+    targets = [RULES[r][0].format(m=m) for r in args.rules for m in args.models]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("SELFREPAIR_FLOPS_OUT", None)
+    flops = workdir / "flops.jsonl"
+    if not args.reuse:
+        snakemake(workdir, configs, targets, [], env)
+        flops.unlink(missing_ok=True)
+        counted = {**env, "SELFREPAIR_FLOPS_OUT": str(flops)}
+        snakemake(workdir, configs, targets, ["--forcerun", *args.rules], counted)
+    rate = harness.matmul_throughput()
+    rows = floor_rows(workdir, args.rules, args.models, flops_lines(flops), rate)
+    meta = {"threads": threads, "numerics": args.numerics, "sizes": sizes.read_text().replace("\n", " ").strip(), "machine": harness.machine(),
+            "commit": harness.commit()}  # fmt: skip
+    table = pd.DataFrame([{**r, **meta} for r in rows])
+    print(table.drop(columns=["sizes"]).to_string(index=False))
+    harness.write(table, args, keys=["rule", "model"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

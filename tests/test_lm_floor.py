@@ -1,0 +1,86 @@
+"""The executed-work floor of the real-LM rules (benchmarks/bench_lm_floor.py): a job
+counts its matmul FLOPs when the environment asks (``runtime.count_flops``), checked on
+products whose FLOPs are worked out by hand; and the benchmark's rows from a job's
+``benchmark:`` file and its FLOP line, by hand."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_lm_floor  # noqa: E402
+
+from selfrepair.core import runtime  # noqa: E402
+
+JOB = """
+import sys, torch
+from selfrepair.core import runtime
+runtime.JOB = {"rule": "coax_lm", "wildcards": {"lm": "m"}}
+print(runtime.count_flops(sys.argv[1]), runtime.count_flops(sys.argv[1]))
+a, b = torch.randn(3, 5), torch.randn(5, 7)
+(a @ b).sum()
+lin = torch.nn.Linear(7, 2)
+x = torch.randn(4, 7, requires_grad=True)
+lin(x).sum().backward()
+"""
+
+
+def test_a_job_counts_its_matmul_flops_into_the_file(tmp_path):
+    out = tmp_path / "flops.jsonl"
+    out.write_text('{"rule": "earlier"}\n')
+    r = subprocess.run([sys.executable, "-c", JOB, str(out)], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["True", "False"]  # once per process
+    lines = out.read_text().splitlines()
+    assert json.loads(lines[0]) == {"rule": "earlier"}  # appended, nothing lost
+    line = json.loads(lines[1])
+    assert line["rule"] == "coax_lm" and line["wildcards"] == {"lm": "m"} and line["cpu_s"] > 0
+    # [3,5]x[5,7]: 2*3*5*7; the linear layer [4,7]x[7,2] forward, then its weight's and
+    # its input's gradients backward, each 2*4*7*2
+    assert line["flops"] == 2 * 3 * 5 * 7 + 3 * (2 * 4 * 7 * 2)
+
+
+def test_no_counting_without_a_file():
+    assert runtime.count_flops(None) is False and runtime.count_flops("") is False
+
+
+def test_rows_by_hand(tmp_path):
+    tsv = tmp_path / "benchmarks" / "coax" / "lms" / "m" / "run.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text("s\th:m:s\tcpu_time\n130.0\t0:02:10\t120.0\n")
+    counted = {("coax_lm", "m"): {"flops": 3e12, "cpu_s": 250.0}}
+    (row,) = bench_lm_floor.floor_rows(tmp_path, ["coax_lm"], ["m"], counted, 50e9)
+    assert row["cpu_s"] == 120.0 and row["gflop"] == 3000.0
+    assert row["floor_s"] == 60.0 and row["over_floor"] == 2.0  # 3e12 / 50e9 = 60 s; 120 / 60
+    assert row["cpu_s_counting"] == 250.0
+    with pytest.raises(SystemExit, match="no FLOP line"):
+        bench_lm_floor.floor_rows(tmp_path, ["coax_lm"], ["m"], {}, 50e9)
+
+
+def test_flops_lines_by_rule_and_model(tmp_path):
+    f = tmp_path / "flops.jsonl"
+    lines = [{"rule": "gim_lm", "wildcards": {"lm": "a"}, "flops": 1.0, "cpu_s": 1.0},
+             {"rule": "gim_lm", "wildcards": {"lm": "b"}, "flops": 2.0, "cpu_s": 1.0}]  # fmt: skip
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = bench_lm_floor.flops_lines(f)
+    assert set(got) == {("gim_lm", "a"), ("gim_lm", "b")} and got[("gim_lm", "b")]["flops"] == 2.0
+    assert bench_lm_floor.flops_lines(tmp_path / "absent.jsonl") == {}
+
+
+def test_the_small_sizes_are_valid_config():
+    """The sizes the benchmark merges over config/config.yaml pass the schemas, merged as
+    Snakemake merges config files (a misspelt key would fail here, not measure the default)."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from selfrepair.core import config_schema
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load(bench_lm_floor.SMALL))
+    for section in ("coax", "gim", "groundtruth"):
+        schema = yaml.safe_load((ROOT / "workflow" / "schemas" / f"{section}.schema.yaml").read_text())
+        assert config_schema.problems(config[section], schema) == [], section
+    assert config["coax"]["lms"]["default"]["n_truth"] == 4 and config["gim"]["lms"]["n_eval"] == 4
