@@ -6,7 +6,8 @@ model, through the workflow itself (the same Snakefile, rules and scripts as a r
 scratch folder (``--workdir``) at the sizes of ``--sizes`` (a config file merged over
 config/config.yaml; default: this script's small sizes, a few CPU-minutes per job):
 
-1. plainly, ``snakemake --cores 1``: the job's CPU seconds from its ``benchmark:`` file;
+1. plainly, ``snakemake --cores 1``: the job's CPU seconds from its ``benchmark:`` file,
+   kept in ``plain_cpu.json`` (the counted run writes that file again);
 2. again (``--forcerun``) with ``SELFREPAIR_FLOPS_OUT`` set, so that each job counts
    every matmul FLOP it runs (``runtime.count_flops``: torch's FlopCounterMode; linear
    layers, matmuls and the unembedding, forward and backward, not the CPU's fused
@@ -83,26 +84,35 @@ def flops_lines(path: Path) -> dict[tuple[str, str], dict]:
     return out
 
 
-def floor_rows(workdir: Path, rules, models, counted: dict, rate: float) -> list[dict]:
-    """One row per (rule, model): the plain run's CPU seconds, the counted FLOPs, the floor."""
+def plain_cpu(workdir: Path, rules, models) -> dict[tuple[str, str], float]:
+    """Each job's CPU seconds from its ``benchmark:`` file, read after the plain run (the
+    counted run writes the same files again)."""
+    return {
+        (rule, m): float(pd.read_csv(workdir / RULES[rule][1].format(m=m), sep="\t")["cpu_time"].iloc[0])
+        for rule in rules
+        for m in models
+    }
+
+
+def floor_rows(rules, models, cpu: dict, counted: dict, rate: float) -> list[dict]:
+    """One row per (rule, model): the plain run's CPU seconds (``cpu``), the counted FLOPs,
+    the floor."""
     rows = []
     for rule in rules:
         for m in models:
-            tsv = workdir / RULES[rule][1].format(m=m)
-            cpu = float(pd.read_csv(tsv, sep="\t")["cpu_time"].iloc[0])
             c = counted.get((rule, m))
             if c is None:
-                raise SystemExit(f"{rule} on {m}: the counted run wrote no FLOP line to {workdir}")
+                raise SystemExit(f"{rule} on {m}: the counted run wrote no FLOP line")
             floor = c["flops"] / rate
             rows.append(
                 {
                     "rule": rule,
                     "model": m,
-                    "cpu_s": round(cpu, 1),
+                    "cpu_s": round(cpu[(rule, m)], 1),
                     "gflop": round(c["flops"] / 1e9, 1),
                     "matmul_gflop_per_s": round(rate / 1e9, 1),
                     "floor_s": round(floor, 1),
-                    "over_floor": round(cpu / floor, 2),
+                    "over_floor": round(cpu[(rule, m)] / floor, 2),
                     "cpu_s_counting": round(c["cpu_s"], 1),
                 }  # fmt: skip
             )
@@ -132,18 +142,22 @@ def main(argv=None) -> int:
     targets = [RULES[r][0].format(m=m) for r in args.rules for m in args.models]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("SELFREPAIR_FLOPS_OUT", None)
-    flops = workdir / "flops.jsonl"
+    flops, plain = workdir / "flops.jsonl", workdir / "plain_cpu.json"
     if not args.reuse:
         snakemake(workdir, configs, targets, [], env)
+        cpu = plain_cpu(workdir, args.rules, args.models)
+        plain.write_text(json.dumps([[r, m, v] for (r, m), v in cpu.items()]))
         flops.unlink(missing_ok=True)
         counted = {**env, "SELFREPAIR_FLOPS_OUT": str(flops)}
         snakemake(workdir, configs, targets, ["--forcerun", *args.rules], counted)
     rate = harness.matmul_throughput()
-    rows = floor_rows(workdir, args.rules, args.models, flops_lines(flops), rate)
-    meta = {"threads": threads, "numerics": args.numerics, "sizes": sizes.read_text().replace("\n", " ").strip(), "machine": harness.machine(),
+    cpu = {(r, m): v for r, m, v in json.loads(plain.read_text())}
+    rows = floor_rows(args.rules, args.models, cpu, flops_lines(flops), rate)
+    sized = "small" if not args.sizes else args.sizes.name  # the small sizes: SMALL above
+    meta = {"sizes": sized, "threads": threads, "numerics": args.numerics, "machine": harness.machine(),
             "commit": harness.commit()}  # fmt: skip
     table = pd.DataFrame([{**r, **meta} for r in rows])
-    print(table.drop(columns=["sizes"]).to_string(index=False))
+    print(table.to_string(index=False))
     harness.write(table, args, keys=["rule", "model"])
     return 0
 

@@ -26,6 +26,7 @@ a, b = torch.randn(3, 5), torch.randn(5, 7)
 lin = torch.nn.Linear(7, 2)
 x = torch.randn(4, 7, requires_grad=True)
 lin(x).sum().backward()
+torch.autograd.grad(lin(x).sum(), [x])  # a leaf: FlopCounterMode's module hooks refused it
 """
 
 
@@ -39,8 +40,16 @@ def test_a_job_counts_its_matmul_flops_into_the_file(tmp_path):
     line = json.loads(lines[1])
     assert line["rule"] == "coax_lm" and line["wildcards"] == {"lm": "m"} and line["cpu_s"] > 0
     # [3,5]x[5,7]: 2*3*5*7; the linear layer [4,7]x[7,2] forward, then its weight's and
-    # its input's gradients backward, each 2*4*7*2
-    assert line["flops"] == 2 * 3 * 5 * 7 + 3 * (2 * 4 * 7 * 2)
+    # its input's gradients backward, each 2*4*7*2; then forward and the input's gradient
+    assert line["flops"] == 2 * 3 * 5 * 7 + 3 * (2 * 4 * 7 * 2) + 2 * (2 * 4 * 7 * 2)
+
+
+def test_a_failed_job_writes_no_line(tmp_path):
+    out = tmp_path / "flops.jsonl"
+    code = JOB + "\nraise ValueError('the job failed')\n"
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
+    assert r.returncode != 0 and "the job failed" in r.stderr
+    assert not out.exists()  # a partial count is no count
 
 
 def test_no_counting_without_a_file():
@@ -51,13 +60,15 @@ def test_rows_by_hand(tmp_path):
     tsv = tmp_path / "benchmarks" / "coax" / "lms" / "m" / "run.tsv"
     tsv.parent.mkdir(parents=True)
     tsv.write_text("s\th:m:s\tcpu_time\n130.0\t0:02:10\t120.0\n")
+    cpu = bench_lm_floor.plain_cpu(tmp_path, ["coax_lm"], ["m"])
+    assert cpu == {("coax_lm", "m"): 120.0}
     counted = {("coax_lm", "m"): {"flops": 3e12, "cpu_s": 250.0}}
-    (row,) = bench_lm_floor.floor_rows(tmp_path, ["coax_lm"], ["m"], counted, 50e9)
+    (row,) = bench_lm_floor.floor_rows(["coax_lm"], ["m"], cpu, counted, 50e9)
     assert row["cpu_s"] == 120.0 and row["gflop"] == 3000.0
     assert row["floor_s"] == 60.0 and row["over_floor"] == 2.0  # 3e12 / 50e9 = 60 s; 120 / 60
     assert row["cpu_s_counting"] == 250.0
     with pytest.raises(SystemExit, match="no FLOP line"):
-        bench_lm_floor.floor_rows(tmp_path, ["coax_lm"], ["m"], {}, 50e9)
+        bench_lm_floor.floor_rows(["coax_lm"], ["m"], cpu, {}, 50e9)
 
 
 def test_flops_lines_by_rule_and_model(tmp_path):

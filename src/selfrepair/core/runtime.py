@@ -67,36 +67,52 @@ _COUNTING = False
 def count_flops(out: str | None) -> bool:
     """With ``out`` a path (the environment's :data:`FLOPS_ENV`, set by
     benchmarks/bench_lm_floor.py), count every matmul FLOP this process runs from here on
-    (torch's FlopCounterMode: linear layers, matmuls and the unembedding, forward and
-    backward; not the CPU's fused attention kernels) and append one line to ``out`` when it
-    ends: {"rule", "wildcards", "flops", "cpu_s"} (the process's CPU seconds, counting
-    included). The counting slows the job: its times are not the job's. Once per process;
-    False when not counting."""
+    (torch's FLOP formulas, ``torch.utils.flop_counter``: linear layers, matmuls and the
+    unembedding, forward and backward; not the CPU's fused attention kernels) and, when it
+    ends without an error, append one line to ``out``: {"rule", "wildcards", "flops",
+    "cpu_s"} (the process's CPU seconds, counting included). The counting slows the job:
+    its times are not the job's. A plain dispatch mode, not FlopCounterMode, whose module
+    hooks break ``autograd.grad`` on leaf tensors. Once per process; False when not counting."""
     global _COUNTING
     if not out or _COUNTING:
         return False
     import atexit
     import resource
 
-    from torch.utils.flop_counter import FlopCounterMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
 
-    counter = FlopCounterMode(display=False)
+    class Counter(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            res = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += formula(*args, **kwargs, out_val=res)
+            return res
+
+    counter = Counter()
     counter.__enter__()
     _COUNTING = True
-    job = dict(JOB or {})
+    job, failed, hook = dict(JOB or {}), [], sys.excepthook
+
+    def on_error(*exc):
+        failed.append(True)
+        hook(*exc)
 
     def write():
         counter.__exit__(None, None, None)
+        if failed:
+            return
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        line = {
-            "rule": job.get("rule", "?"),
-            "wildcards": job.get("wildcards", {}),
-            "flops": float(counter.get_total_flops()),
-            "cpu_s": ru.ru_utime + ru.ru_stime,
-        }
+        line = {"rule": job.get("rule", "?"), "wildcards": job.get("wildcards", {}),
+                "flops": float(counter.total), "cpu_s": ru.ru_utime + ru.ru_stime}  # fmt: skip
         with open(out, "a") as f:
             f.write(json.dumps(line, sort_keys=True) + "\n")
 
+    sys.excepthook = on_error
     atexit.register(write)
     return True
 
