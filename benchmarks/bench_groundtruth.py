@@ -10,7 +10,7 @@ order (consecutive coalitions share their longest layer prefix), in the order gi
 without prefix reuse. Floors, per coalition: one plain forward of the batch through the
 bridge (a full forward per coalition cannot go below it; prefix reuse computes less, so
 the engine can), and the executed-work floor: the matmul FLOPs the call executes (counted
-once, untimed, by torch's FlopCounterMode, as benchmarks/bench_heroes.py counts them; not
+once, untimed, by torch's FLOP formulas, as benchmarks/bench_heroes.py counts them; not
 the attention kernels, 1-2% here) over this machine's matmul throughput, measured here.
 ``over_bridge``: time per coalition over the bridge path's (one coalition per forward) on
 the same coalitions; ``max_abs_diff``: the largest |v_engine - v_bridge| over them.

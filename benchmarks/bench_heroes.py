@@ -9,9 +9,9 @@ the probe's joint ablations and pruning curves when the seed's roles.csv is ther
 run on the TransformerBridge's hooks, the path the library used before its ablation
 engine (selfrepair.core.engine), and C also on the engine without prefix reuse, with
 identical outcomes required; prefix reuse computes less than the floor's full forwards,
-so it can go under it. Each library call is also run once, untimed, under torch's
-FlopCounterMode, which counts the matmul FLOPs it executes (linear layers and lm_head,
-forward and backward; not the attention kernels on the CPU, about 1-2% here): that
+so it can go under it. Each library call is also run once, untimed, with the matmul
+FLOPs it executes counted (harness.executed_flops, torch's formulas: linear layers and
+lm_head, forward and backward; not the attention kernels on the CPU, about 1-2% here): that
 work over the same throughput is its executed floor, so ``library_over_executed`` says
 how close a part runs to the cost of the work it does, and ``executed_fraction`` how
 much of the full forwards' work it does. Also: training steps/s of the Hugging Face GPT-2 vs an equivalent plain PyTorch module.

@@ -6,10 +6,10 @@ model, through the workflow itself (the same Snakefile, rules and scripts as a r
 scratch folder (``--workdir``) at the sizes of ``--sizes`` (a config file merged over
 config/config.yaml; default: this script's small sizes, a few CPU-minutes per job):
 
-1. plainly, ``snakemake --cores 1``: the job's CPU seconds from its ``benchmark:`` file,
-   kept in ``plain_cpu.json`` (the counted run writes that file again);
-2. again (``--forcerun``) with ``SELFREPAIR_FLOPS_OUT`` set, so that each job counts
-   every matmul FLOP it runs (``runtime.count_flops``: torch's FlopCounterMode; linear
+1. plainly, ``snakemake --cores 1 --forcerun``: the job's CPU seconds from its
+   ``benchmark:`` file, kept in ``plain_cpu.json`` (the counted run writes that file again);
+2. again, forced too, with ``SELFREPAIR_FLOPS_OUT`` set, so that each job counts
+   every matmul FLOP it runs (``runtime.count_flops``: torch's FLOP formulas; linear
    layers, matmuls and the unembedding, forward and backward, not the CPU's fused
    attention kernels) and appends them to a file.
 
@@ -143,8 +143,8 @@ def main(argv=None) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("SELFREPAIR_FLOPS_OUT", None)
     flops, plain = workdir / "flops.jsonl", workdir / "plain_cpu.json"
-    if not args.reuse:
-        snakemake(workdir, configs, targets, [], env)
+    if not args.reuse:  # both runs forced: a workdir's earlier outputs would leave stale benchmark: files
+        snakemake(workdir, configs, targets, ["--forcerun", *args.rules], env)
         cpu = plain_cpu(workdir, args.rules, args.models)
         plain.write_text(json.dumps([[r, m, v] for (r, m), v in cpu.items()]))
         flops.unlink(missing_ok=True)

@@ -122,15 +122,12 @@ def forward_flops(cfg, n_seq: int, t: int) -> float:
 
 
 def executed_flops(fn: Callable) -> float:
-    """Matmul FLOPs that ``fn()`` executes, counted by torch's FlopCounterMode (one untimed
-    call; linear layers and the unembedding, forward and backward, not the CPU's attention
-    kernels)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """Matmul FLOPs that ``fn()`` executes (one untimed call; linear layers and the
+    unembedding, forward and backward, not the CPU's attention kernels), counted as the
+    workflow's jobs count them (:func:`selfrepair.core.flops.executed`)."""
+    from selfrepair.core.flops import executed
 
-    counter = FlopCounterMode(display=False)
-    with counter:
-        fn()
-    return float(counter.get_total_flops())
+    return executed(fn)
 
 
 def floor_ratios(seconds: float, flops: float, executed: float, flops_per_s: float) -> dict[str, float]:

@@ -95,3 +95,25 @@ def test_the_small_sizes_are_valid_config():
         schema = yaml.safe_load((ROOT / "workflow" / "schemas" / f"{section}.schema.yaml").read_text())
         assert config_schema.problems(config[section], schema) == [], section
     assert config["coax"]["lms"]["default"]["n_truth"] == 4 and config["gim"]["lms"]["n_eval"] == 4
+
+
+def test_the_count_is_torchs_flop_counter_total():
+    """One counter for the jobs and the benchmarks (core.flops), whose totals are torch's
+    FlopCounterMode's (the same formulas) on a layer's forward and backward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from selfrepair.core import flops
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    x = torch.randn(3, 5, 16)
+
+    def work():
+        layer(x).square().sum().backward()
+
+    reference = FlopCounterMode(display=False)
+    with reference:
+        work()
+    assert reference.get_total_flops() > 0
+    assert flops.executed(work) == float(reference.get_total_flops())

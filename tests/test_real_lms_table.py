@@ -22,7 +22,7 @@ def test_cost_table_reads_each_rule_and_model_and_nothing_else(tmp_path):
     _bench(b / "groundtruth" / "lms" / "gemma-3-270m" / "run.tsv", 120.0, 3072.0, 90.0)
     _bench(b / "coax" / "ioi" / "run.tsv", 5.0, 100.0, 4.0)  # a toy rule: not a real-LM job
     _bench(b / "coax" / "lms" / "gemma-3-270m" / "pruning.tsv", 3000.0, 6144.0, 2400.0)  # large scale only
-    t = rt.cost_table(b)
+    t = rt.cost_table(b, scales=["large"])
     assert list(zip(t["rule"], t["model"])) == [
         ("lm_convert", "smollm2-135m"),
         ("coax_lm", "smollm2-135m"),
@@ -32,11 +32,22 @@ def test_cost_table_reads_each_rule_and_model_and_nothing_else(tmp_path):
     ]
     assert t["cpu_s"].tolist() == [35.0, 900.0, 2400.0, 540.0, 90.0]
     assert t["peak_rss_gb"].tolist() == [1.0, 2.0, 6.0, 5.0, 3.0]
+    assert t["default_run"].tolist() == [True, True, False, True, True]
     md = rt.cost_markdown(t)
     assert "| `coax_lm` | SmolLM2-135M | 15.0 min | 20.0 min | 2.00 GB |" in md
-    assert "| `coax_lm_pruning` (large scale only) | Gemma-3-270M | 40.0 min | 50.0 min | 6.00 GB |" in md
+    assert "| `coax_lm_pruning` (not in the default run) | Gemma-3-270M | 40.0 min | 50.0 min | 6.00 GB |" in md
     # the default run's jobs only: (35+900+540+90)/60, (60+1200+600+120)/60
     assert "| all of the default run | 2 models | 26.1 min | 33.0 min (jobs one after another) | |" in md
+    # a configuration that prunes at the default scale puts the job in the default run's sum
+    md = rt.cost_markdown(rt.cost_table(b, scales=["default", "large"]))
+    assert "| all of the default run | 2 models | 66.1 min | 83.0 min (jobs one after another) | |" in md
+
+
+def test_pruning_scales_from_the_config_else_the_schema(tmp_path):
+    assert rt.pruning_scales() == ["large"]  # config/config.yaml names none: the schema's default
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("coax:\n  lms:\n    pruning: {scales: [default]}\n")
+    assert rt.pruning_scales(tmp_path) == ["default"]
 
 
 def test_cost_table_takes_the_latest_run_of_a_file(tmp_path):

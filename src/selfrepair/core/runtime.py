@@ -62,6 +62,7 @@ def compute_setup(smk) -> str | None:
 
 FLOPS_ENV = "SELFREPAIR_FLOPS_OUT"  # a JSON-lines file: count this job's matmul FLOPs into it
 _COUNTING = False
+_FAILED = False  # set by watch_failure's hook: this process ends by an uncaught exception
 
 
 def count_flops(out: str | None) -> bool:
@@ -71,40 +72,25 @@ def count_flops(out: str | None) -> bool:
     unembedding, forward and backward; not the CPU's fused attention kernels) and, when it
     ends without an error, append one line to ``out``: {"rule", "wildcards", "flops",
     "cpu_s"} (the process's CPU seconds, counting included). The counting slows the job:
-    its times are not the job's. A plain dispatch mode, not FlopCounterMode, whose module
-    hooks break ``autograd.grad`` on leaf tensors. Once per process; False when not counting."""
+    its times are not the job's. Counted by :class:`selfrepair.core.flops.MatmulFlops`.
+    Once per process; False when not counting."""
     global _COUNTING
     if not out or _COUNTING:
         return False
     import atexit
     import resource
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
+    from selfrepair.core.flops import MatmulFlops
 
-    class Counter(TorchDispatchMode):
-        total = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            res = func(*args, **kwargs)
-            formula = flop_registry.get(func._overloadpacket)
-            if formula is not None:
-                self.total += formula(*args, **kwargs, out_val=res)
-            return res
-
-    counter = Counter()
+    counter = MatmulFlops()
     counter.__enter__()
     _COUNTING = True
-    job, failed, hook = dict(JOB or {}), [], sys.excepthook
-
-    def on_error(*exc):
-        failed.append(True)
-        hook(*exc)
+    job = dict(JOB or {})
+    watch_failure()
 
     def write():
         counter.__exit__(None, None, None)
-        if failed:
+        if _FAILED:
             return
         ru = resource.getrusage(resource.RUSAGE_SELF)
         line = {"rule": job.get("rule", "?"), "wildcards": job.get("wildcards", {}),
@@ -112,9 +98,25 @@ def count_flops(out: str | None) -> bool:
         with open(out, "a") as f:
             f.write(json.dumps(line, sort_keys=True) + "\n")
 
-    sys.excepthook = on_error
     atexit.register(write)
     return True
+
+
+def watch_failure() -> None:
+    """Set ``_FAILED`` when this process ends by an uncaught exception, so that what it
+    writes at exit (its tables' records, its FLOP line) is not written for a failed job:
+    one hook before the one in place, armed once however many callers ask."""
+    if getattr(sys.excepthook, "selfrepair_failure", False):
+        return
+    hook = sys.excepthook
+
+    def failed(*exc):
+        global _FAILED
+        _FAILED = True
+        hook(*exc)
+
+    failed.selfrepair_failure = True
+    sys.excepthook = failed
 
 
 # safe file helpers (core.files) and the records of what each job wrote, and the checks of what it reads (core.records),
@@ -142,7 +144,6 @@ from selfrepair.core.records import (  # noqa: E402, F401
 NUMERICS_RECORD: dict | None = None  # set by start() in a compute job: what decided its floats
 JOB: dict | None = None  # set by start() in a workflow job: job_record(snakemake)
 _TRACKED = False
-_FAILED = False
 
 
 def track(smk) -> dict:
@@ -157,14 +158,7 @@ def track(smk) -> dict:
 
         check_inputs(smk, strict=False)
         _TRACKED = True
-        hook = sys.excepthook
-
-        def failed(*exc):
-            global _FAILED
-            _FAILED = True
-            hook(*exc)
-
-        sys.excepthook = failed
+        watch_failure()
         atexit.register(lambda: None if _FAILED else write_records(JOB))
     return JOB
 

@@ -219,13 +219,30 @@ COST_RULES = {
     (("gim", "lms"), "run.tsv"): "gim_lm",
     (("groundtruth", "lms"), "run.tsv"): "groundtruth_lm",
 }
-COST_COLUMNS = ["rule", "model", "wall_s", "cpu_s", "peak_rss_gb"]
+COST_COLUMNS = ["rule", "model", "wall_s", "cpu_s", "peak_rss_gb", "default_run"]
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def cost_table(bench: Path) -> pd.DataFrame:
+def pruning_scales(root: Path = ROOT) -> list[str]:
+    """The values of ``lms.scale`` at which rule coax_lm_pruning runs: config/config.yaml's
+    ``coax.lms.pruning.scales``, else the schema's default."""
+    import yaml
+
+    config = yaml.safe_load((root / "config" / "config.yaml").read_text()) or {}
+    given = ((config.get("coax") or {}).get("lms") or {}).get("pruning", {}).get("scales")
+    if given is not None:
+        return list(given)
+    schema = yaml.safe_load((root / "workflow" / "schemas" / "coax.schema.yaml").read_text())
+    return list(schema["properties"]["lms"]["properties"]["pruning"]["properties"]["scales"]["default"])
+
+
+def cost_table(bench: Path, scales: list[str] | None = None) -> pd.DataFrame:
     """Each real-LM job's measured cost from its Snakemake ``benchmark:`` file under
     ``bench`` (the last line of each: the latest run): wall and CPU seconds and peak
-    resident memory, a row per (rule, model)."""
+    resident memory, a row per (rule, model), and whether the default run has the job
+    (``default_run``: coax_lm_pruning only at the scales ``scales`` names, by default
+    :func:`pruning_scales`)."""
+    scales = pruning_scales() if scales is None else scales
     rows = []
     for f in sorted(Path(bench).rglob("*.tsv")):
         parts = f.relative_to(bench).parts
@@ -236,27 +253,27 @@ def cost_table(bench: Path) -> pd.DataFrame:
         if t.empty:
             continue
         last = t.iloc[-1]
-        rows.append([rule, parts[-2], float(last["s"]), float(last["cpu_time"]), float(last["max_rss"]) / 1024])
+        default = rule != "coax_lm_pruning" or "default" in scales
+        rows.append(
+            [rule, parts[-2], float(last["s"]), float(last["cpu_time"]), float(last["max_rss"]) / 1024, default]
+        )
     order = {r: i for i, r in enumerate(COST_RULES.values())}
     out = pd.DataFrame(rows, columns=COST_COLUMNS)
     return out.sort_values(["rule", "model"], key=lambda c: c.map(order) if c.name == "rule" else c, kind="stable")
 
 
-LARGE_ONLY = ("coax_lm_pruning",)  # rules the default scale does not run (coax.lms.pruning.scales)
-
-
 def cost_markdown(t: pd.DataFrame) -> str:
     """The cost table: per rule and model, CPU minutes, wall minutes, peak memory; and
-    the sum over the default run's jobs (a rule of :data:`LARGE_ONLY` is listed, marked,
-    and left out of it)."""
+    the sum over the default run's jobs (a job outside it, ``default_run`` false, is
+    listed, marked, and left out of the sum)."""
     lines = ["| rule | model | CPU | wall | peak memory |", "|---|---|---|---|---|"]
     for r in t.itertuples(index=False):
-        mark = " (large scale only)" if r.rule in LARGE_ONLY else ""
+        mark = "" if r.default_run else " (not in the default run)"
         lines.append(
             f"| `{r.rule}`{mark} | {MODEL_LABELS.get(r.model, r.model)} | {r.cpu_s / 60:.1f} min | "
             f"{r.wall_s / 60:.1f} min | {r.peak_rss_gb:.2f} GB |"
         )
-    d = t[~t["rule"].isin(LARGE_ONLY)]
+    d = t[t["default_run"].astype(bool)]
     lines.append(
         f"| all of the default run | {d['model'].nunique()} models | {d['cpu_s'].sum() / 60:.1f} min | "
         f"{d['wall_s'].sum() / 60:.1f} min (jobs one after another) | |"
