@@ -19,11 +19,19 @@ large float32 matmul; what is above is the model's small matmuls, attention, Pyt
 hooks and whatever else the job does besides matmuls.
 
     python benchmarks/bench_lm_floor.py [--models smollm2-135m gemma-3-270m]
-        [--rules coax_lm gim_lm groundtruth_lm] [--sizes FILE] [--workdir DIR] [--reuse] [--write]
+        [--rules coax_lm gim_lm groundtruth_lm] [--sizes FILE] [--workdir DIR] [--reuse]
+        [--before REV] [--write]
 
 ``--reuse``: the two runs are already in ``--workdir`` (an earlier call's); only measure
 the matmul rate again and write the rows (when something shared the machine during the
 first call's rate).
+
+``--before REV``: also run each job plainly on the code of git revision ``REV`` (its
+tree unpacked into ``--workdir``/code-before, its ``src`` first on the jobs' path; its
+outputs in ``--workdir``/before), each job's two plain runs one after the other, the
+order alternating from one job to the next, so that both sides share the machine's
+state: ``cpu_s_before``, ``over_floor_before`` (the same FLOPs: a change that moves the
+FLOPs is not a before and after of one job) and ``after_over_before``.
 
 One row per (rule, model) goes to ``--out`` (merged with its other rows); ``--write``:
 also results/reference/benchmark_lm_floor.csv.
@@ -65,10 +73,12 @@ groundtruth:
 """
 
 
-def snakemake(workdir: Path, configs: list[Path], targets: list[str], extra: list[str], env: dict) -> None:
-    """One run of the workflow in ``workdir`` (one job at a time); raises on failure."""
+def snakemake(workdir: Path, configs: list[Path], targets: list[str], extra: list[str], env: dict,
+              code: Path = ROOT) -> None:  # fmt: skip
+    """One run of the workflow of the tree ``code`` in ``workdir`` (one job at a time);
+    raises on failure."""
     cmd = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+        sys.executable, "-m", "snakemake", "--snakefile", str(code / "Snakefile"), "--directory", str(workdir),
         "--configfile", *map(str, configs), "--cores", "1", *extra, "--", *targets,
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
@@ -84,6 +94,34 @@ def flops_lines(path: Path) -> dict[tuple[str, str], dict]:
     return out
 
 
+def code_at(rev: str, into: Path) -> Path:
+    """This repository's tree at git revision ``rev``, unpacked into ``into`` (once)."""
+    if not (into / "Snakefile").exists():
+        into.mkdir(parents=True, exist_ok=True)
+        tree = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=tree, check=True)
+    return into
+
+
+def short(rev: str) -> str:
+    """The abbreviated commit hash of git revision ``rev``."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+
+
+def plain_runs(sides: dict, configs: dict, rules, models, env: dict) -> dict:
+    """{side: {(rule, model): CPU seconds}}: each job run plainly (forced) on each side
+    ({side: (code tree, workdir, extra environment)}), a job's sides one after the other,
+    their order turned by one from one job to the next."""
+    names, out = list(sides), {s: {} for s in sides}
+    for i, (rule, m) in enumerate((r, m) for r in rules for m in models):
+        for side in names[i % len(names) :] + names[: i % len(names)]:
+            code, work, extra = sides[side]
+            snakemake(work, configs[side], [RULES[rule][0].format(m=m)], ["--forcerun", rule], {**env, **extra}, code)
+            out[side].update(plain_cpu(work, [rule], [m]))
+    return out
+
+
 def plain_cpu(workdir: Path, rules, models) -> dict[tuple[str, str], float]:
     """Each job's CPU seconds from its ``benchmark:`` file, read after the plain run (the
     counted run writes the same files again)."""
@@ -94,9 +132,10 @@ def plain_cpu(workdir: Path, rules, models) -> dict[tuple[str, str], float]:
     }
 
 
-def floor_rows(rules, models, cpu: dict, counted: dict, rate: float) -> list[dict]:
+def floor_rows(rules, models, cpu: dict, counted: dict, rate: float, before: dict | None = None) -> list[dict]:
     """One row per (rule, model): the plain run's CPU seconds (``cpu``), the counted FLOPs,
-    the floor."""
+    the floor; with ``before`` (the CPU seconds of the same jobs on earlier code), those,
+    their ratio to the floor, and the plain run's ratio to them."""
     rows = []
     for rule in rules:
         for m in models:
@@ -116,6 +155,10 @@ def floor_rows(rules, models, cpu: dict, counted: dict, rate: float) -> list[dic
                     "cpu_s_counting": round(c["cpu_s"], 1),
                 }  # fmt: skip
             )
+            if before is not None:
+                b = before[(rule, m)]
+                rows[-1].update(cpu_s_before=round(b, 1), over_floor_before=round(b / floor, 2),
+                                after_over_before=round(cpu[(rule, m)] / b, 3))  # fmt: skip
     return rows
 
 
@@ -126,6 +169,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=Path, help="a config file merged over config/config.yaml (default: small sizes)")
     ap.add_argument("--workdir", type=Path, help="scratch folder of the two runs (default: a new temporary one)")
     ap.add_argument("--reuse", action="store_true", help="the two runs already in --workdir: measure the rate, write")
+    ap.add_argument("--before", metavar="REV", help="also run each job plainly on git revision REV, side by side")
     args = ap.parse_args(argv)
     if args.reuse and not args.workdir:
         ap.error("--reuse needs the --workdir of the earlier runs")
@@ -143,19 +187,28 @@ def main(argv=None) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("SELFREPAIR_FLOPS_OUT", None)
     flops, plain = workdir / "flops.jsonl", workdir / "plain_cpu.json"
-    if not args.reuse:  # both runs forced: a workdir's earlier outputs would leave stale benchmark: files
-        snakemake(workdir, configs, targets, ["--forcerun", *args.rules], env)
-        cpu = plain_cpu(workdir, args.rules, args.models)
-        plain.write_text(json.dumps([[r, m, v] for (r, m), v in cpu.items()]))
+    if not args.reuse:  # every run forced: a workdir's earlier outputs would leave stale benchmark: files
+        sides, side_configs = {"after": (ROOT, workdir, {})}, {"after": configs}
+        if args.before:
+            code = code_at(args.before, workdir / "code-before")
+            sides["before"] = (code, workdir / "before", {"PYTHONPATH": str(code / "src")})
+            side_configs["before"] = [code / "config" / "config.yaml", *configs[1:]]
+        cpu = plain_runs(sides, side_configs, args.rules, args.models, env)
+        plain.write_text(json.dumps({s: [[r, m, v] for (r, m), v in c.items()] for s, c in cpu.items()}))
         flops.unlink(missing_ok=True)
         counted = {**env, "SELFREPAIR_FLOPS_OUT": str(flops)}
         snakemake(workdir, configs, targets, ["--forcerun", *args.rules], counted)
     rate = harness.matmul_throughput()
-    cpu = {(r, m): v for r, m, v in json.loads(plain.read_text())}
-    rows = floor_rows(args.rules, args.models, cpu, flops_lines(flops), rate)
+    kept = json.loads(plain.read_text())
+    kept = kept if isinstance(kept, dict) else {"after": kept}  # an earlier call's file: one side
+    cpu = {s: {(r, m): v for r, m, v in c} for s, c in kept.items()}
+    if args.before and "before" not in cpu:
+        raise SystemExit(f"{plain}: no runs on earlier code there (call without --reuse)")
+    before = cpu.get("before") if args.before else None
+    rows = floor_rows(args.rules, args.models, cpu["after"], flops_lines(flops), rate, before)
     sized = "small" if not args.sizes else args.sizes.name  # the small sizes: SMALL above
     meta = {"sizes": sized, "threads": threads, "numerics": args.numerics, "machine": harness.machine(),
-            "commit": harness.commit()}  # fmt: skip
+            "commit": harness.commit(), **({"before": short(args.before)} if args.before else {})}  # fmt: skip
     table = pd.DataFrame([{**r, **meta} for r in rows])
     print(table.to_string(index=False))
     harness.write(table, args, keys=["rule", "model"])

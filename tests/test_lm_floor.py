@@ -117,3 +117,27 @@ def test_the_count_is_torchs_flop_counter_total():
         work()
     assert reference.get_total_flops() > 0
     assert flops.executed(work) == float(reference.get_total_flops())
+
+
+def test_before_and_after_run_side_by_side_in_turn(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(bench_lm_floor, "snakemake", lambda work, cfg, targets, extra, env, code: calls.append(
+        (work.name, targets[0], extra, env.get("PYTHONPATH"))))  # fmt: skip
+    monkeypatch.setattr(bench_lm_floor, "plain_cpu", lambda work, rules, models: {(rules[0], models[0]): len(calls)})
+    sides = {"after": (ROOT, tmp_path / "after", {}), "before": (tmp_path / "old", tmp_path / "before",
+                                                                 {"PYTHONPATH": "old/src"})}  # fmt: skip
+    cpu = bench_lm_floor.plain_runs(sides, {"after": [], "before": []}, ["gim_lm"], ["a", "b", "c"], {})
+    assert [(w, t.split("/")[3]) for w, t, _, _ in calls] == [
+        ("after", "a"), ("before", "a"), ("before", "b"), ("after", "b"), ("after", "c"), ("before", "c")]  # fmt: skip
+    assert all(extra == ["--forcerun", "gim_lm"] for _, _, extra, _ in calls)
+    assert [p for w, _, _, p in calls if w == "before"] == ["old/src"] * 3  # the old code first on the path
+    assert cpu == {"after": {("gim_lm", "a"): 1, ("gim_lm", "b"): 4, ("gim_lm", "c"): 5},
+                   "before": {("gim_lm", "a"): 2, ("gim_lm", "b"): 3, ("gim_lm", "c"): 6}}  # fmt: skip
+
+
+def test_rows_with_a_before_by_hand():
+    counted = {("gim_lm", "m"): {"flops": 3e12, "cpu_s": 250.0}}
+    (row,) = bench_lm_floor.floor_rows(["gim_lm"], ["m"], {("gim_lm", "m"): 90.0}, counted, 50e9,
+                                       before={("gim_lm", "m"): 120.0})  # fmt: skip
+    assert row["over_floor"] == 1.5 and row["cpu_s_before"] == 120.0  # 90 / 60 s
+    assert row["over_floor_before"] == 2.0 and row["after_over_before"] == 0.75

@@ -140,10 +140,10 @@ def _hook_names(bridge, suffix: str) -> list[str]:
 @contextmanager
 def with_hooks(bridge, hooks):
     """Forward hooks ``(hook name, fn(x, hook))`` for the block; removes only its own."""
-    added = []
+    added, points = [], bridge.hook_dict  # a bridge builds this dict anew on every access
     try:
         for name, fn in hooks:
-            hp = bridge.hook_dict[name]
+            hp = points[name]
             added.append((hp, hp.add_hook(fn, dir="fwd")))
         yield
     finally:
@@ -254,10 +254,10 @@ def freeze_norm(bridge):
 
 def gated_mlp_hooks(bridge) -> list[tuple[str, str]]:
     """(gate hook, up hook) of each gated MLP: ``mlp.hook_pre`` and ``mlp.hook_pre_linear``."""
-    out = []
+    out, points = [], bridge.hook_dict
     for i in range(bridge.cfg.n_layers):
         up = f"blocks.{i}.mlp.hook_pre_linear"
-        if up in bridge.hook_dict:
+        if up in points:
             out.append((f"blocks.{i}.mlp.hook_pre", up))
     return out
 
