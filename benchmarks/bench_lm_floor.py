@@ -53,10 +53,10 @@ harness.configure()
 import pandas as pd  # noqa: E402
 
 ROOT = harness.ROOT
-RULES = {  # rule: (an output the rule writes for model {m}, its benchmark file)
-    "coax_lm": ("results/coax/lms/{m}/status.csv", "benchmarks/coax/lms/{m}/run.tsv"),
-    "gim_lm": ("results/gim/lms/{m}/status.csv", "benchmarks/gim/lms/{m}/run.tsv"),
-    "groundtruth_lm": ("results/groundtruth/lms/{m}/shapley.csv", "benchmarks/groundtruth/lms/{m}/run.tsv"),
+RULES = {  # rule: an output the rule writes for model {m}
+    "coax_lm": "results/coax/lms/{m}/status.csv",
+    "gim_lm": "results/gim/lms/{m}/status.csv",
+    "groundtruth_lm": "results/groundtruth/lms/{m}/shapley.csv",
 }
 # a few CPU-minutes per job on 2 cores; every part of each rule still runs
 SMALL = """\
@@ -104,9 +104,13 @@ def code_at(rev: str, into: Path) -> Path:
 
 
 def short(rev: str) -> str:
-    """The abbreviated commit hash of git revision ``rev``."""
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
+    """The abbreviated commit hash of git revision ``rev``; SystemExit naming it when this
+    repository has no such commit."""
+    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                       capture_output=True, text=True)  # fmt: skip
+    if r.returncode != 0:
+        raise SystemExit(f"--before {rev}: no such commit in {ROOT}")
+    return r.stdout.strip()
 
 
 def plain_runs(sides: dict, configs: dict, rules, models, env: dict) -> dict:
@@ -117,19 +121,22 @@ def plain_runs(sides: dict, configs: dict, rules, models, env: dict) -> dict:
     for i, (rule, m) in enumerate((r, m) for r in rules for m in models):
         for side in names[i % len(names) :] + names[: i % len(names)]:
             code, work, extra = sides[side]
-            snakemake(work, configs[side], [RULES[rule][0].format(m=m)], ["--forcerun", rule], {**env, **extra}, code)
+            snakemake(work, configs[side], [RULES[rule].format(m=m)], ["--forcerun", rule], {**env, **extra}, code)
             out[side].update(plain_cpu(work, [rule], [m]))
     return out
 
 
 def plain_cpu(workdir: Path, rules, models) -> dict[tuple[str, str], float]:
     """Each job's CPU seconds from its ``benchmark:`` file, read after the plain run (the
-    counted run writes the same files again)."""
-    return {
-        (rule, m): float(pd.read_csv(workdir / RULES[rule][1].format(m=m), sep="\t")["cpu_time"].iloc[0])
-        for rule in rules
-        for m in models
-    }
+    counted run writes the same files again), as the cost table reads them
+    (:func:`selfrepair.tooling.real_lms_table.cost_table`)."""
+    from selfrepair.tooling.real_lms_table import cost_table
+
+    t = cost_table(workdir / "benchmarks", scales=[]).set_index(["rule", "model"])["cpu_s"]
+    missing = [(r, m) for r in rules for m in models if (r, m) not in t.index]
+    if missing:
+        raise SystemExit(f"{workdir}: no benchmark: file of {missing} (did the run fail?)")
+    return {(r, m): float(t[(r, m)]) for r in rules for m in models}
 
 
 def floor_rows(rules, models, cpu: dict, counted: dict, rate: float, before: dict | None = None) -> list[dict]:
@@ -173,6 +180,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.reuse and not args.workdir:
         ap.error("--reuse needs the --workdir of the earlier runs")
+    before_rev = short(args.before) if args.before else None  # a bad revision stops here, before any run
     threads = harness.start(args)  # the matmul rate under the jobs' numerics and threads
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="selfrepair-floor-"))).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -183,14 +191,14 @@ def main(argv=None) -> int:
               "threads": args.threads, "device": "cpu"}  # fmt: skip
     (workdir / "models.yaml").write_text(json.dumps(models))
     configs = [ROOT / "config" / "config.yaml", sizes, workdir / "models.yaml"]
-    targets = [RULES[r][0].format(m=m) for r in args.rules for m in args.models]
+    targets = [RULES[r].format(m=m) for r in args.rules for m in args.models]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("SELFREPAIR_FLOPS_OUT", None)
     flops, plain = workdir / "flops.jsonl", workdir / "plain_cpu.json"
     if not args.reuse:  # every run forced: a workdir's earlier outputs would leave stale benchmark: files
         sides, side_configs = {"after": (ROOT, workdir, {})}, {"after": configs}
         if args.before:
-            code = code_at(args.before, workdir / "code-before")
+            code = code_at(before_rev, workdir / "code-before")
             sides["before"] = (code, workdir / "before", {"PYTHONPATH": str(code / "src")})
             side_configs["before"] = [code / "config" / "config.yaml", *configs[1:]]
         cpu = plain_runs(sides, side_configs, args.rules, args.models, env)
@@ -208,7 +216,7 @@ def main(argv=None) -> int:
     rows = floor_rows(args.rules, args.models, cpu["after"], flops_lines(flops), rate, before)
     sized = "small" if not args.sizes else args.sizes.name  # the small sizes: SMALL above
     meta = {"sizes": sized, "threads": threads, "numerics": args.numerics, "machine": harness.machine(),
-            "commit": harness.commit(), **({"before": short(args.before)} if args.before else {})}  # fmt: skip
+            "commit": harness.commit(), **({"before": before_rev} if before_rev else {})}  # fmt: skip
     table = pd.DataFrame([{**r, **meta} for r in rows])
     print(table.to_string(index=False))
     harness.write(table, args, keys=["rule", "model"])

@@ -59,9 +59,11 @@ def test_no_counting_without_a_file():
 def test_rows_by_hand(tmp_path):
     tsv = tmp_path / "benchmarks" / "coax" / "lms" / "m" / "run.tsv"
     tsv.parent.mkdir(parents=True)
-    tsv.write_text("s\th:m:s\tcpu_time\n130.0\t0:02:10\t120.0\n")
+    tsv.write_text("s\th:m:s\tmax_rss\tcpu_time\n130.0\t0:02:10\t1024.0\t120.0\n")
     cpu = bench_lm_floor.plain_cpu(tmp_path, ["coax_lm"], ["m"])
     assert cpu == {("coax_lm", "m"): 120.0}
+    with pytest.raises(SystemExit, match="no benchmark: file of"):
+        bench_lm_floor.plain_cpu(tmp_path, ["coax_lm"], ["m", "absent"])
     counted = {("coax_lm", "m"): {"flops": 3e12, "cpu_s": 250.0}}
     (row,) = bench_lm_floor.floor_rows(["coax_lm"], ["m"], cpu, counted, 50e9)
     assert row["cpu_s"] == 120.0 and row["gflop"] == 3000.0
@@ -141,3 +143,10 @@ def test_rows_with_a_before_by_hand():
                                        before={("gim_lm", "m"): 120.0})  # fmt: skip
     assert row["over_floor"] == 1.5 and row["cpu_s_before"] == 120.0  # 90 / 60 s
     assert row["over_floor_before"] == 2.0 and row["after_over_before"] == 0.75
+
+
+def test_before_names_a_commit_or_stops_clearly():
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    assert bench_lm_floor.short("HEAD") == head.stdout.strip()
+    with pytest.raises(SystemExit, match="--before no-such-rev: no such commit"):
+        bench_lm_floor.short("no-such-rev")

@@ -46,8 +46,13 @@ def test_cost_table_reads_each_rule_and_model_and_nothing_else(tmp_path):
 def test_pruning_scales_from_the_config_else_the_schema(tmp_path):
     assert rt.pruning_scales() == ["large"]  # config/config.yaml names none: the schema's default
     (tmp_path / "config").mkdir()
+    (tmp_path / "workflow" / "schemas").mkdir(parents=True)
+    schema = rt.ROOT / "workflow" / "schemas" / "coax.schema.yaml"
+    (tmp_path / "workflow" / "schemas" / "coax.schema.yaml").write_text(schema.read_text())
     (tmp_path / "config" / "config.yaml").write_text("coax:\n  lms:\n    pruning: {scales: [default]}\n")
     assert rt.pruning_scales(tmp_path) == ["default"]
+    (tmp_path / "config" / "config.yaml").write_text("papers: [coax]\n")  # no coax section: the default
+    assert rt.pruning_scales(tmp_path) == ["large"]
 
 
 def test_cost_table_takes_the_latest_run_of_a_file(tmp_path):

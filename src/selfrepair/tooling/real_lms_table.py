@@ -225,15 +225,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def pruning_scales(root: Path = ROOT) -> list[str]:
     """The values of ``lms.scale`` at which rule coax_lm_pruning runs: config/config.yaml's
-    ``coax.lms.pruning.scales``, else the schema's default."""
+    ``coax.lms.pruning.scales``, the schema's default filled in as the workflow fills it."""
     import yaml
 
-    config = yaml.safe_load((root / "config" / "config.yaml").read_text()) or {}
-    given = ((config.get("coax") or {}).get("lms") or {}).get("pruning", {}).get("scales")
-    if given is not None:
-        return list(given)
+    from selfrepair.core.config_schema import fill_defaults
+
+    coax = (yaml.safe_load((root / "config" / "config.yaml").read_text()) or {}).get("coax") or {}
     schema = yaml.safe_load((root / "workflow" / "schemas" / "coax.schema.yaml").read_text())
-    return list(schema["properties"]["lms"]["properties"]["pruning"]["properties"]["scales"]["default"])
+    return list(fill_defaults(coax, schema)["lms"]["pruning"]["scales"])
 
 
 def cost_table(bench: Path, scales: list[str] | None = None) -> pd.DataFrame:
